@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Build the test-only control plane (kube-apiserver, kube-scheduler, etcd, kwok, helm) from Go modules,
+# only when missing, into a cache directory keyed by the pinned versions. Prints that directory on stdout.
+#
+#   hack/testbin.sh            build what is missing, print the bin dir
+#   hack/testbin.sh --path     print the bin dir, build nothing (exit 1 when incomplete)
+#
+# The wrapper modules in hack/testbin/*/ carry the full `replace` block k8s.io/kubernetes needs
+# (docs/testing.md explains why). Binaries never enter the repository.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=/dev/null
+source "$here/testbin/versions.env"
+
+key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+cache_root="${MIGCTL_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migctl-testbin}"
+bin="$cache_root/$key"
+tools=(kube-apiserver kube-scheduler etcd kwok helm)
+
+complete() {
+  local t
+  for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
+}
+
+if [[ "${1:-}" == "--path" ]]; then
+  complete || exit 1
+  echo "$bin"
+  exit 0
+fi
+
+if complete; then
+  echo "$bin"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "testbin: Go is not installed; cannot build the control plane" >&2; exit 3; }
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath"
+mkdir -p "$bin"
+log() { echo "testbin: $*" >&2; }
+
+build() { # build <wrapper dir> <out name> <package> [ldflags]
+  local dir="$1" out="$2" pkg="$3" ldflags="${4:-}"
+  [[ -x "$bin/$out" ]] && return 0
+  log "building $out ($pkg)"
+  local start=$SECONDS
+  (cd "$here/testbin/$dir" && go build -o "$bin/$out.tmp" -ldflags "-s -w $ldflags" "$pkg")
+  mv "$bin/$out.tmp" "$bin/$out"
+  log "built $out in $((SECONDS - start))s"
+}
+
+kminor="${KUBERNETES_VERSION#*.}"; kminor="${kminor%%.*}"
+kver="-X k8s.io/component-base/version.gitVersion=v${KUBERNETES_VERSION} \
+-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${kminor}"
+
+build etcd etcd go.etcd.io/etcd/server/v3
+build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kver"
+build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kver"
+build kwok kwok sigs.k8s.io/kwok/cmd/kwok
+build helm helm helm.sh/helm/v3/cmd/helm \
+  "-X helm.sh/helm/v3/internal/version.version=v${HELM_VERSION} -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${kminor}"
+
+complete
+echo "$bin"
