@@ -32,9 +32,7 @@ class InputError(MigctlError):
 
     def __init__(self, source: str, problems: Sequence[Problem] | str) -> None:
         self.source = source
-        self.problems: tuple[Problem, ...] = (
-            (Problem("", problems),) if isinstance(problems, str) else tuple(problems)
-        )
+        self.problems: tuple[Problem, ...] = (Problem("", problems),) if isinstance(problems, str) else tuple(problems)
         super().__init__(self.render())
 
     def render(self) -> str:

@@ -59,8 +59,14 @@ def list_models(profiles_dirs: tuple[Path, ...], output: str) -> None:
         )
         return
     rows = [
-        (m.id, m.memory_mib, m.memory_confidence.value, len(m.base_profiles), len(m.profiles) - len(m.base_profiles),
-         m.display_name)
+        (
+            m.id,
+            m.memory_mib,
+            m.memory_confidence.value,
+            len(m.base_profiles),
+            len(m.profiles) - len(m.base_profiles),
+            m.display_name,
+        )
         for m in cat.models
     ]
     click.echo(table(["MODEL", "MEMORY_MIB", "CONFIDENCE", "PROFILES", "VARIANTS", "NAME"], rows))
@@ -91,19 +97,37 @@ def show(model_id: str, profiles_dirs: tuple[Path, ...], output: str) -> None:
         for p in m.profiles
     ]
     if output == "json":
-        emit_json({"id": m.id, "display_name": m.display_name, "memory_mib": m.memory_mib,
-                   "placement_units": m.placement_units, "compute_slices": m.compute_slices,
-                   "nvml_names": list(m.nvml_names), "gfd_products": list(m.gfd_products),
-                   "pci_device_ids": list(m.pci_device_ids), "profiles": data})
+        emit_json(
+            {
+                "id": m.id,
+                "display_name": m.display_name,
+                "memory_mib": m.memory_mib,
+                "placement_units": m.placement_units,
+                "compute_slices": m.compute_slices,
+                "nvml_names": list(m.nvml_names),
+                "gfd_products": list(m.gfd_products),
+                "pci_device_ids": list(m.pci_device_ids),
+                "profiles": data,
+            }
+        )
         return
-    click.echo(f"{m.display_name} ({m.id}): {m.memory_mib} MiB [{m.memory_confidence.value}], "
-               f"{m.compute_slices} compute slices, {m.placement_units} placement units")
+    click.echo(
+        f"{m.display_name} ({m.id}): {m.memory_mib} MiB [{m.memory_confidence.value}], "
+        f"{m.compute_slices} compute slices, {m.placement_units} placement units"
+    )
     click.echo(f"products: {', '.join(m.gfd_products) or '-'}   pci: {', '.join(m.pci_device_ids) or '-'}\n")
     rows = [
-        (d["name"], d["resource"], d["profile_id"] if d["profile_id"] is not None else "?", d["compute_slices"],
-         d["memory_slices"], f"{d['memory_mib']} [{d['memory_confidence']}]", d["max_instances"],
-         " ".join(f"{s}:{z}" for s, z in d["placements"]) + f" [{d['placements_confidence']}]")
-        for d in data
+        (
+            p.name,
+            resource_name(p.name),
+            p.profile_id if p.profile_id is not None else "?",
+            p.compute_slices,
+            p.memory_slices,
+            f"{p.memory_mib} [{p.memory_confidence.value}]",
+            p.max_instances,
+            " ".join(f"{s}:{z}" for s, z in p.placements) + f" [{p.placements_confidence.value}]",
+        )
+        for p in m.profiles
     ]
     click.echo(table(["PROFILE", "RESOURCE", "ID", "G", "SLOTS", "MIB", "MAX", "PLACEMENTS start:size"], rows))
 
@@ -118,6 +142,7 @@ def layouts(model_id: str, no_variants: bool, profiles_dirs: tuple[Path, ...], o
     m = _model(_catalog(profiles_dirs), model_id)
     geo = geometry(m)
     chosen = geo.base_layouts if no_variants else geo.layouts
+    ordered = sorted(chosen, key=lambda lay: (geo.unusable_mib(lay), lay))
     items = [
         {
             "profiles": dict(lay),
@@ -125,16 +150,19 @@ def layouts(model_id: str, no_variants: bool, profiles_dirs: tuple[Path, ...], o
             "unusable_mib": geo.unusable_mib(lay),
             "placements": [{"profile": p.profile, "start": p.start, "size": p.size} for p in geo.place(lay)],
         }
-        for lay in chosen
+        for lay in ordered
     ]
-    items.sort(key=lambda d: (d["unusable_mib"], sorted(d["profiles"].items())))
     if output == "json":
         emit_json({"model": m.id, "full_gpu_mib": m.full_profile.memory_mib, "count": len(items), "layouts": items})
         return
     rows = [
-        (describe(lay["profiles"]), lay["instance_mib"], lay["unusable_mib"],
-         " ".join(f"{p['profile']}@{p['start']}" for p in lay["placements"]))
-        for lay in items
+        (
+            describe(lay),
+            geo.instance_mib(lay),
+            geo.unusable_mib(lay),
+            " ".join(f"{p.profile}@{p.start}" for p in geo.place(lay)),
+        )
+        for lay in ordered
     ]
     click.echo(table(["LAYOUT", "INSTANCE_MIB", "UNUSABLE_MIB", "PLACEMENTS"], rows))
     click.echo(f"\n{len(items)} valid layouts on {m.id} (full GPU instance {m.full_profile.memory_mib} MiB).")

@@ -18,8 +18,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from migctl.errors import InputError, Problem, from_validation_error
 from migctl.core.naming import gfd_product, memory_gb, parse_profile_name, profile_name, resource_name
+from migctl.errors import InputError, Problem, from_validation_error
 
 
 class Confidence(StrEnum):
@@ -201,7 +201,8 @@ class GpuModel:
                 candidates = [
                     i
                     for i, p in enumerate(profiles)
-                    if p.compute_slices == parsed.compute_slices and p.attributes == parsed.attributes
+                    if p.compute_slices == parsed.compute_slices
+                    and p.attributes == parsed.attributes
                     and p.name not in memory_mib
                 ]
                 if not candidates:
@@ -324,7 +325,9 @@ def check_model(spec: ModelSpec) -> list[Problem]:
             for s2, z2 in seen:
                 if (s2, z2) != (start, size) and start < s2 + z2 and s2 < start + size:
                     problems.append(
-                        Problem(where, f"[{start}, {size}] overlaps [{s2}, {z2}]; a profile's placements are disjoint slots")
+                        Problem(
+                            where, f"[{start}, {size}] overlaps [{s2}, {z2}]; a profile's placements are disjoint slots"
+                        )
                     )
             seen.add((start, size))
             placements_ok = placements_ok and len(problems) == bad_before
@@ -332,7 +335,9 @@ def check_model(spec: ModelSpec) -> list[Problem]:
             fits = _max_disjoint(p.placements)
             if p.max_instances > fits:
                 problems.append(
-                    Problem(f"{at}.max_instances", f"{p.max_instances} instances cannot fit: the placements allow {fits}")
+                    Problem(
+                        f"{at}.max_instances", f"{p.max_instances} instances cannot fit: the placements allow {fits}"
+                    )
                 )
         if p.memory_slices == spec.placement_units:
             full += 1
@@ -340,7 +345,10 @@ def check_model(spec: ModelSpec) -> list[Problem]:
             vname = p.name + v.suffix
             if v.max_instances > p.max_instances:
                 problems.append(
-                    Problem(f"{at}.variants[{k}].max_instances", f"{v.max_instances} exceeds the base profile's {p.max_instances}")
+                    Problem(
+                        f"{at}.variants[{k}].max_instances",
+                        f"{v.max_instances} exceeds the base profile's {p.max_instances}",
+                    )
                 )
             if vname in names:
                 problems.append(Problem(f"{at}.variants[{k}].suffix", f"profile {vname!r} is defined twice"))
@@ -350,7 +358,10 @@ def check_model(spec: ModelSpec) -> list[Problem]:
         names.add(p.name)
     if full != 1:
         problems.append(
-            Problem("model.profiles", f"expected exactly one profile spanning all {spec.placement_units} placement units, found {full}")
+            Problem(
+                "model.profiles",
+                f"expected exactly one profile spanning all {spec.placement_units} placement units, found {full}",
+            )
         )
     return problems
 
@@ -439,9 +450,7 @@ def load_file(path: Path) -> GpuModel | list[Card]:
     try:
         if kind == "NonMigCards":
             cards = CardsFile.model_validate(data)
-            return [
-                Card(tuple(c.nvml_names), c.memory_mib, c.memory_confidence) for c in cards.cards
-            ]
+            return [Card(tuple(c.nvml_names), c.memory_mib, c.memory_confidence) for c in cards.cards]
         spec = ModelFile.model_validate(data)
     except ValidationError as e:
         raise from_validation_error(str(path), e) from e

@@ -162,9 +162,7 @@ class ModelGeometry:
         inst = self._instances(items)
         chosen = self._search(items, best=True)
         assert chosen is not None  # problem() already proved a placement exists
-        out = [
-            Placement(n, *self.profiles[n].placements[k]) for n, k in zip(inst, chosen, strict=True)
-        ]
+        out = [Placement(n, *self.profiles[n].placements[k]) for n, k in zip(inst, chosen, strict=True)]
         return tuple(sorted(out, key=lambda p: (p.start, p.profile)))
 
     # -- enumeration -------------------------------------------------------------------------------------
@@ -184,7 +182,7 @@ class ModelGeometry:
             name = names[i]
             for count in range(1, self.profiles[name].max_instances + 1):
                 trial = [*acc, (name, count)]
-                if self.problem(trial) is not None:
+                if self.problem(canonical(trial)) is not None:
                     break  # every rule is monotone: more instances never become valid again
                 go(i + 1, trial)
 
@@ -208,9 +206,7 @@ class ModelGeometry:
     def addable(self, layout: Layout | CanonicalLayout) -> tuple[str, ...]:
         """Plain profiles that could still be added to the layout."""
         items = canonical(layout)
-        return tuple(
-            p.name for p in self.model.base_profiles if self.is_valid(canonical([*items, (p.name, 1)]))
-        )
+        return tuple(p.name for p in self.model.base_profiles if self.is_valid(canonical([*items, (p.name, 1)])))
 
 
 _GEOMETRY: dict[int, tuple[GpuModel, ModelGeometry]] = {}

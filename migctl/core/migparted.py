@@ -177,7 +177,5 @@ def dump_yaml(config: MigPartedConfig) -> str:
     """YAML the way mig-parted examples write it (stable key order, no nulls)."""
     data: dict[str, Any] = {"version": config.version, "mig-configs": {}}
     for name, entries in config.mig_configs.items():
-        data["mig-configs"][name] = [
-            e.model_dump(by_alias=True, exclude_none=True) for e in entries
-        ]
+        data["mig-configs"][name] = [e.model_dump(by_alias=True, exclude_none=True) for e in entries]
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)

@@ -20,7 +20,9 @@ RESOURCE_PREFIX = "nvidia.com/mig-"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 
 # [<C>c.]<G>g.<GB>gb[+attr[,attr]|-attr], the form mig-parted accepts (pkg/types/mig_config.go).
-_PROFILE_RE = re.compile(r"^(?:(?P<ci>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<attrs>(?:\+[a-z.]+(?:,[a-z.]+)*|-[a-z.]+)?)$")
+_PROFILE_RE = re.compile(
+    r"^(?:(?P<ci>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<attrs>(?:\+[a-z.]+(?:,[a-z.]+)*|-[a-z.]+)?)$"
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def parse_profile_name(name: str) -> ProfileName:
 
 
 def _round_half_away(x: Fraction) -> int:
-    return int(math.floor(x + Fraction(1, 2))) if x >= 0 else -int(math.floor(-x + Fraction(1, 2)))
+    return math.floor(x + Fraction(1, 2)) if x >= 0 else -math.floor(-x + Fraction(1, 2))
 
 
 def memory_gb(profile_mib: int, total_mib: int) -> int:

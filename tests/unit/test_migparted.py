@@ -1,0 +1,112 @@
+"""mig-parted configs: deterministic rendering, and parsing what the GPU Operator ships."""
+
+from __future__ import annotations
+
+import pytest
+
+from migctl.core.migparted import GpuConfig, config_name, parse, render, resolve
+from migctl.errors import InputError
+
+# The shape of the GPU Operator's default-mig-parted-config (all-balanced uses device filters per model).
+OPERATOR_CONFIG = """
+version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+  all-1g.10gb:
+    - device-filter: ["0x233010DE", "0x233110DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.10gb": 7
+  all-balanced:
+    - device-filter: ["0x20B010DE", "0x20B110DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 2
+        "2g.10gb": 1
+        "3g.20gb": 1
+    - device-filter: ["0x233010DE", "0x233110DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.10gb": 2
+        "2g.20gb": 1
+        "3g.40gb": 1
+"""
+
+
+def test_parse_operator_config_with_device_filters() -> None:
+    cfg = parse(OPERATOR_CONFIG, "default-mig-parted-config")
+    gpus = [(0, "0x233010DE"), (1, "0x233010DE")]
+    got = resolve(cfg, "all-balanced", gpus)
+    assert got == {i: GpuConfig.mig({"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}) for i in (0, 1)}
+    assert resolve(cfg, "all-disabled", gpus) == {0: GpuConfig.disabled(), 1: GpuConfig.disabled()}
+
+
+def test_device_filter_skips_other_models() -> None:
+    cfg = parse(OPERATOR_CONFIG, "cm")
+    assert resolve(cfg, "all-1g.10gb", [(0, "0x20B010DE")]) == {}
+
+
+def test_unknown_config_name_is_an_input_error() -> None:
+    cfg = parse(OPERATOR_CONFIG, "cm")
+    with pytest.raises(InputError, match=r"mig-configs\.custom-x: no such config"):
+        resolve(cfg, "custom-x", [(0, None)])
+
+
+EIGHT_GPU_NODE = {
+    0: GpuConfig.mig({"3g.40gb": 2}),
+    1: GpuConfig.mig({"3g.40gb": 2}),
+    2: GpuConfig.mig({"1g.10gb": 7}),
+    3: GpuConfig.mig({"7g.80gb": 1}),
+    4: GpuConfig.disabled(),
+    5: GpuConfig.mig({"2g.20gb": 1, "1g.10gb": 2, "3g.40gb": 1}),
+    6: GpuConfig.mig({"1g.10gb+me": 1, "1g.10gb": 6}),
+    7: GpuConfig.disabled(),
+}
+
+
+def test_render_round_trips_mixed_eight_gpu_node() -> None:
+    name = config_name(EIGHT_GPU_NODE)
+    text = render({name: EIGHT_GPU_NODE}).to_yaml()
+    back = parse(text, "rendered")
+    assert resolve(back, name, [(i, "0x233010DE") for i in range(8)]) == EIGHT_GPU_NODE
+    # identical GPUs share one entry
+    assert [e.devices for e in back.mig_configs[name]] == [[0, 1], [2], [3], [4, 7], [5], [6]]
+
+
+def test_config_name_is_deterministic_and_layout_sensitive() -> None:
+    shuffled = dict(reversed(list(EIGHT_GPU_NODE.items())))
+    assert config_name(shuffled) == config_name(EIGHT_GPU_NODE)
+    other = {**EIGHT_GPU_NODE, 2: GpuConfig.mig({"1g.10gb": 6})}
+    assert config_name(other) != config_name(EIGHT_GPU_NODE)
+    assert len(config_name(EIGHT_GPU_NODE)) <= 63  # it is a label value
+
+
+def test_render_keeps_existing_configs() -> None:
+    base = parse(OPERATOR_CONFIG, "cm")
+    out = render({"migctl-x": {0: GpuConfig.disabled()}}, base=base)
+    assert {"all-disabled", "all-balanced", "all-1g.10gb", "migctl-x"} <= set(out.mig_configs)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("version: v2\nmig-configs: {}\n", "version"),
+        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n"
+         "      mig-devices: {1g.10gb: 1}\n", "mig-devices must be empty"),
+        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n", "mig-devices is required"),
+        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+         "      mig-devices: {1g10gb: 1}\n", "not a MIG profile name"),
+        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+         "      mig-devices: {}\n      extra: 1\n", "unknown field"),
+        ("version: v1\nmig-configs:\n  a: [\n", "broken YAML"),
+    ],
+)
+def test_bad_configs_are_rejected_precisely(text: str, expected: str) -> None:
+    with pytest.raises(InputError, match=expected) as info:
+        parse(text, "my-config.yaml")
+    assert "my-config.yaml" in str(info.value)
