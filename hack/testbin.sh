@@ -17,10 +17,14 @@ key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${
 cache_root="${MIGCTL_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migctl-testbin}"
 bin="$cache_root/$key"
 tools=(kube-apiserver kube-scheduler etcd kwok helm)
+# kwok (unlike kwokctl) has no built-in stages: it needs the Stage objects from its own module's
+# kustomize/stage/ tree as config. We copy the version-matched "fast" node/pod stages plus heartbeat.
+stages=kwok-stages.yaml
 
 complete() {
   local t
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
+  [[ -s "$bin/$stages" ]]
 }
 
 if [[ "${1:-}" == "--path" ]]; then
@@ -59,7 +63,22 @@ build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kver"
 build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kver"
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 build helm helm helm.sh/helm/v3/cmd/helm \
-  "-X helm.sh/helm/v3/internal/version.version=v${HELM_VERSION} -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${kminor}"
+  "-X helm.sh/helm/v3/internal/version.version=v${HELM_VERSION} -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${kminor} \
+-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${kminor}"
+
+if [[ ! -s "$bin/$stages" ]]; then
+  kwok_dir="$(cd "$here/testbin/kwok" && go mod download -json sigs.k8s.io/kwok | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -d "$kwok_dir" ]] || { log "cannot find the sigs.k8s.io/kwok module source"; exit 1; }
+  {
+    for f in node/fast/node-initialize node/heartbeat/node-heartbeat \
+             pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+      echo "---"
+      cat "$kwok_dir/kustomize/stage/$f.yaml"
+    done
+  } >"$bin/$stages.tmp"
+  mv "$bin/$stages.tmp" "$bin/$stages"
+  log "wrote $stages from $kwok_dir"
+fi
 
 complete
 echo "$bin"

@@ -8,6 +8,7 @@ import click
 
 from migctl import __version__
 from migctl.cli.output import fail
+from migctl.cli.plan import plan_command
 from migctl.cli.profiles import profiles
 from migctl.errors import InputError, LayoutError
 
@@ -34,6 +35,7 @@ def version() -> None:
 
 
 cli.add_command(profiles)
+cli.add_command(plan_command)
 
 
 def main() -> None:

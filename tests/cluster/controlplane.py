@@ -4,11 +4,13 @@ This is envtest's recipe (controller-runtime pkg/internal/testing/controlplane) 
 suite needs no Go at run time, only the binaries `hack/testbin.sh` builds. There is no kubelet and no
 kube-controller-manager: kwok plays the kubelet for nodes annotated `kwok.x-k8s.io/node=fake` (marks them
 Ready, marks their pods Running, removes deleted pods); namespaces never finish deleting and PDB status is never
-computed (tests set it themselves). See docs/testing.md.
+computed (tests set it themselves); the TaintNodesByCondition admission plugin is off because nothing would
+ever remove its `not-ready` taint. See docs/testing.md.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import ipaddress
@@ -22,7 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +33,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client, config
 
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+KWOK_STAGES = "kwok-stages.yaml"  # kwok's own Stage objects, copied next to the binary by hack/testbin.sh
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 
@@ -43,14 +47,17 @@ class ControlPlaneError(RuntimeError):
 
 def missing_binaries(bin_dir: Path) -> list[str]:
     """Names from BINARIES that are not executable files in `bin_dir`."""
-    return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+    missing = [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+    return missing if (bin_dir / KWOK_STAGES).is_file() else [*missing, KWOK_STAGES]
 
 
 # -- certificates ---------------------------------------------------------------------------------------
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _pem_cert(cert: x509.Certificate) -> bytes:
@@ -79,8 +86,14 @@ class TinyCA:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                    key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
                     decipher_only=False,
                 ),
                 critical=True,
@@ -196,10 +209,13 @@ class ControlPlane:
         raise ControlPlaneError("control plane did not start:\n" + "\n\n".join(errors))
 
     def stop(self) -> None:
-        """Stop the components in reverse order and remove the work dir we created."""
+        """Stop the components in reverse order; drop etcd's data (the logs stay unless the work dir is ours)."""
         self._kill_all()
         if self._own_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+        else:
+            for data in self.work_dir.glob("attempt-*/etcd-data"):
+                shutil.rmtree(data, ignore_errors=True)
 
     def log_tails(self, lines: int = 40) -> str:
         """The last lines of every component's log, for failure reports."""
@@ -207,14 +223,11 @@ class ControlPlane:
             f"----- {c.name} (exit {c.proc.poll()}) {c.log} -----\n{c.tail(lines)}" for c in self.components
         )
 
-    def api_client(self, qps_tuned: bool = True) -> object:
-        """A fresh `kubernetes.client.ApiClient` for the admin user (typed `object` to keep imports lazy)."""
-        from kubernetes import client, config
-
+    def api_client(self) -> client.ApiClient:
+        """A fresh admin `kubernetes.client.ApiClient` (the caller closes it)."""
         cfg = client.Configuration()
         config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
-        if qps_tuned:
-            cfg.connection_pool_maxsize = 16
+        cfg.connection_pool_maxsize = 16  # watches + workers + the test itself share one client
         return client.ApiClient(cfg)
 
     # -- internals ----------------------------------------------------------------------------------------
@@ -262,7 +275,9 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
                 "--authorization-mode=RBAC",
-                "--disable-admission-plugins=ServiceAccount",
+                # ServiceAccount: nothing creates the default SA (no controller-manager). TaintNodesByCondition:
+                # it taints new nodes not-ready:NoSchedule and only the (absent) node-lifecycle controller lifts it.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 f"--service-account-issuer=https://127.0.0.1:{self.api_port}/",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -291,8 +306,7 @@ class ControlPlane:
             ],
         )
         kwok_port = free_port()
-        kwok_config = d / "kwok.yaml"
-        kwok_config.write_text("")  # keep kwok from reading ~/.kwok/kwok.yaml; built-in default stages apply
+        kwok_config = self.bin_dir / KWOK_STAGES  # the kwok binary has no default stages; without them it exits
         self._spawn(
             d,
             "kwok",
@@ -321,6 +335,7 @@ class ControlPlane:
                 start_new_session=True,  # our own process group: a Ctrl-C in pytest does not orphan-kill it early
             )
         self.components.append(Component(name, proc, log))
+        atexit.register(_terminate, proc, 2.0)  # safety net if the fixture's teardown never runs
 
     def _wait(self, name: str, url: str, deadline: float) -> None:
         """Poll a health URL every 100 ms (envtest's rhythm) until 200, the process dies or time runs out."""
@@ -344,9 +359,7 @@ class ControlPlane:
 
     def _wait_default_namespace(self, deadline: float) -> None:
         """Like envtest: the apiserver's bootstrap controller creates `default` shortly after /healthz."""
-        from kubernetes import client
-
-        with self._client() as api:
+        with self.api_client() as api:
             core = client.CoreV1Api(api)
             while time.monotonic() < deadline:
                 with contextlib.suppress(client.ApiException):
@@ -354,14 +367,6 @@ class ControlPlane:
                     return
                 time.sleep(0.1)
         raise ControlPlaneError(f"namespace 'default' never appeared\n{self.log_tails()}")
-
-    @contextlib.contextmanager
-    def _client(self) -> Iterator[object]:
-        api = self.api_client()
-        try:
-            yield api
-        finally:
-            api.close()  # type: ignore[attr-defined]
 
     def _write_pki(self, d: Path) -> Path:
         """Serving CA + cert, client CA, and the service-account key pair (three separate roots, as envtest)."""
@@ -429,9 +434,9 @@ def _terminate(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
         proc.wait(timeout=grace)
 
 
-def find_bin_dir(repo_root: Path, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> tuple[
-    Path | None, str
-]:
+def find_bin_dir(
+    repo_root: Path, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
+) -> tuple[Path | None, str]:
     """The test-binaries dir from `MIGCTL_TESTBIN`, else `hack/testbin.sh --path`; (None, why) when absent."""
     env = os.environ.get("MIGCTL_TESTBIN")
     if env:

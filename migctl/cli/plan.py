@@ -1,0 +1,146 @@
+"""`migctl plan`: a dry run. Shows what migctl would do, against a snapshot or the live cluster; changes nothing."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+
+from migctl.adapters.objects import load_objects, snapshot_from_objects
+from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
+from migctl.cli.profiles import PROFILES_DIR_OPTION
+from migctl.config import load_config
+from migctl.core.catalog import load_catalog
+from migctl.core.geometry import describe
+from migctl.core.migparted import GpuConfig
+from migctl.core.plan import Plan
+from migctl.core.planner import plan as make_plan
+from migctl.errors import MigctlError
+
+EXAMPLE = "cluster-snapshot.yaml"
+
+
+def example_path() -> Path:
+    """The bundled example snapshot (inside the installed package)."""
+    return Path(str(resources.files("migctl.examples").joinpath(EXAMPLE)))
+
+
+@click.command("plan")
+@click.option("--snapshot", "snapshot_file", type=click.Path(path_type=Path), help="kubectl get -o yaml|json output.")
+@click.option("--example", is_flag=True, help="Plan the bundled example cluster (no cluster needed).")
+@click.option("--explain", is_flag=True, help="Say why each unplaced pod cannot be served.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="migctl config file (YAML).")
+@click.option(
+    "--evictions",
+    type=click.Choice(["none", "lower-priority"]),
+    default=None,
+    help="Override the config: may the plan evict lower-priority GPU pods?",
+)
+@click.option("--allow-mig-mode-change", is_flag=True, default=None, help="Allow switching MIG on/off on idle nodes.")
+@click.option("--kubeconfig", type=click.Path(path_type=Path), help="For the live cluster (default: in-cluster, "
+              "then KUBECONFIG or ~/.kube/config).")  # fmt: skip
+@click.option("--context", help="kubeconfig context for the live cluster.")
+@click.option("--all-nodes", is_flag=True, help="Also list GPU nodes the plan leaves unchanged.")
+@PROFILES_DIR_OPTION
+@OUTPUT_OPTION
+def plan_command(
+    snapshot_file: Path | None,
+    example: bool,
+    explain: bool,
+    config_file: Path | None,
+    evictions: str | None,
+    allow_mig_mode_change: bool | None,
+    kubeconfig: Path | None,
+    context: str | None,
+    all_nodes: bool,
+    profiles_dirs: tuple[Path, ...],
+    output: str,
+) -> None:
+    """Plan MIG layouts for pending GPU pods and print the plan. Read-only: nothing in the cluster changes."""
+    if example and snapshot_file:
+        fail("use either --example or --snapshot FILE, not both")
+    cfg = load_config(config_file)
+    overrides: dict[str, Any] = {}
+    if evictions is not None:
+        overrides["evictions"] = evictions
+    if allow_mig_mode_change:
+        overrides["allow_mig_mode_change"] = True
+    settings = cfg.planner.model_copy(update=overrides)
+    catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
+    if example or snapshot_file:
+        path = example_path() if example else snapshot_file
+        assert path is not None
+        objects = load_objects(path)
+        source = "example" if example else str(path)
+    else:
+        from migctl.adapters.kube import api_client, read_objects
+
+        try:
+            objects = read_objects(
+                api_client(str(kubeconfig) if kubeconfig else None, context), cfg.gpu_operator
+            )
+        except MigctlError as e:
+            fail(str(e))
+        source = "live cluster"
+    snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
+    result = make_plan(snapshot, settings)
+    if output == "json":
+        emit_json(result.to_dict())
+        return
+    click.echo(render_text(result, source, len(snapshot.nodes), explain, all_nodes))
+
+
+def _cfg(c: GpuConfig) -> str:
+    return describe(c.layout) if c.mig_enabled else "MIG disabled"
+
+
+def render_text(p: Plan, source: str, n_nodes: int, explain: bool, all_nodes: bool) -> str:
+    """The human form of a plan: per node and GPU, current -> target, who each instance serves."""
+    s = p.summary
+    lines = [f"migctl plan: {source}, {n_nodes} GPU nodes, {s.pending_pods} pending GPU pods (dry run)", ""]
+    by_node: dict[str, list[Any]] = {}
+    for a in p.assignments:
+        by_node.setdefault(a.node, []).append(a)
+    for n in p.nodes:
+        if not (n.changed or n.name in by_node or all_nodes):
+            continue
+        model = n.gpus[0].model if n.gpus else "?"
+        head = f"node {n.name} ({model} x{len(n.gpus)})"
+        lines.append(head + (f"  -> mig-parted config {n.config_name}" if n.changed else "  (layout unchanged)"))
+        for g in n.gpus:
+            if g.changed:
+                lines.append(
+                    f"  gpu {g.index}: {_cfg(g.current)}  ->  {_cfg(g.target)}   "
+                    f"[unusable {g.unusable_mib_before} -> {g.unusable_mib_after} MiB]"
+                )
+            elif all_nodes or any(a.gpu == g.index for a in by_node.get(n.name, [])):
+                lines.append(f"  gpu {g.index}: {_cfg(g.current)} (unchanged)")
+            for a in by_node.get(n.name, []):
+                if a.gpu == g.index:
+                    lines.append(f"      {a.pod:<32} {a.profile:<10} need {a.need_mib} MiB, waste {a.waste_mib} MiB")
+        for a in by_node.get(n.name, []):
+            if a.gpu is None:
+                lines.append(f"  any gpu: {a.pod:<30} {a.profile:<10} (existing free instance)")
+        lines.append("")
+    if p.evictions:
+        lines.append(f"evictions ({len(p.evictions)}):")
+        lines += [f"  {e.pod} on {e.node} (priority {e.priority}) for {e.for_pod}" for e in p.evictions]
+        lines.append("")
+    if p.unplaced:
+        lines.append(f"unplaced ({len(p.unplaced)}):")
+        for u in p.unplaced:
+            lines.append(f"  {u.pod}: {u.reason}" if explain else f"  {u.pod}")
+        if not explain:
+            lines.append("  (add --explain for the reasons)")
+        lines.append("")
+    for w in p.warnings:
+        lines.append(f"warning: {w}")
+    lines.append(
+        f"summary: placed {s.pods_placed}/{s.pending_pods} pods; {s.gpus_reconfigured} GPUs on "
+        f"{s.nodes_reconfigured} nodes reconfigured; {s.evictions} evictions; stranded {s.stranded_mib_before} -> "
+        f"{s.stranded_mib_after} MiB (internal waste {s.internal_waste_mib}, unusable in changed GPUs "
+        f"{s.unusable_mib})"
+    )
+    return "\n".join(lines)

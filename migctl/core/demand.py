@@ -1,0 +1,71 @@
+"""Demand math: which profiles can serve a GPU request, and a pod's effective requests.
+
+Kubernetes computes a pod's effective request per resource as the larger of (the sum over app containers) and
+(the largest init container), plus pod overhead; extended resources such as `nvidia.com/mig-1g.10gb` follow the
+same rule. The planner uses the result, so an init container that needs a whole GPU counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+
+from migctl.core.catalog import GpuModel, Profile
+from migctl.core.cluster import GpuDemand
+
+WHOLE_GPU = "gpu"
+
+
+def effective_requests(
+    containers: Sequence[Mapping[str, Decimal]],
+    init_containers: Sequence[tuple[Mapping[str, Decimal], bool]] = (),
+    overhead: Mapping[str, Decimal] | None = None,
+) -> dict[str, Decimal]:
+    """Effective pod requests per resource, as the scheduler computes them.
+
+    `init_containers` are `(requests, restartable)` in order; restartable ones are sidecars that keep running,
+    so they add to the app containers and to every init container started after them.
+    """
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for req, restartable in init_containers:
+        if restartable:
+            for k, v in req.items():
+                sidecars[k] = sidecars.get(k, Decimal(0)) + v
+            for k, v in sidecars.items():
+                init_peak[k] = max(init_peak.get(k, Decimal(0)), v)
+        else:
+            for k, v in req.items():
+                init_peak[k] = max(init_peak.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
+    out: dict[str, Decimal] = dict(sidecars)
+    for c in containers:
+        for k, v in c.items():
+            out[k] = out.get(k, Decimal(0)) + v
+    for k, v in init_peak.items():
+        out[k] = max(out.get(k, Decimal(0)), v)
+    for k, v in (overhead or {}).items():
+        out[k] = out.get(k, Decimal(0)) + v
+    return out
+
+
+def profiles_for(model: GpuModel, demand: GpuDemand) -> tuple[Profile, ...]:
+    """Profiles of `model` that can serve one unit of `demand`, smallest memory first."""
+    if demand.kind == "profile":
+        return tuple(p for p in model.profiles if p.name == demand.profile)
+    if demand.kind == "vram":
+        fits = [p for p in model.base_profiles if p.memory_mib >= demand.vram_mib]
+        return tuple(sorted(fits, key=lambda p: (p.memory_mib, p.compute_slices, p.name)))
+    return ()
+
+
+def need_mib(demand: GpuDemand, profile_mib: int, annotated: int | None) -> int:
+    """What the pod really needs from one instance: the annotation, the VRAM request, or the whole instance."""
+    if annotated is not None:
+        return min(annotated, profile_mib)
+    if demand.kind == "vram":
+        return min(demand.vram_mib, profile_mib)
+    return profile_mib
+
+
+def largest_instance_mib(models: Iterable[GpuModel]) -> int:
+    return max((p.memory_mib for m in models for p in m.base_profiles), default=0)

@@ -1,0 +1,37 @@
+"""Planner settings: the part of migctl's configuration the pure planner reads (validated, with defaults)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PlannerSettings(BaseModel):
+    """How the planner trades placement against disruption. Defaults are the safe ones."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vram_resource: str = Field("migctl.io/vram", description="Extended resource pods use to ask for VRAM bytes.")
+    vram_annotation: str = Field("migctl.io/vram", description="Pod annotation stating a profile pod's real need.")
+    evictions: Literal["none", "lower-priority"] = Field(
+        "none", description="`lower-priority` lets the plan evict GPU pods of strictly lower priority."
+    )
+    max_evictions: int = Field(10, ge=0, description="Upper bound on evictions in one plan (with lower-priority).")
+    allow_mig_mode_change: bool = Field(
+        False,
+        description="Allow switching MIG on/off (resets every GPU of the node: only on nodes with no GPU pods).",
+    )
+    exclude_label: str = Field("migctl.io/exclude", description="Nodes with this label set to `true` are left alone.")
+    reconfigure_taint: str = Field("migctl.io/reconfiguring", description="Taint key migctl sets while it acts.")
+
+
+class GpuOperatorSettings(BaseModel):
+    """Where the GPU Operator's mig-manager reads its config and how layouts are recorded on nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    configmap_namespace: str = "gpu-operator"
+    configmap_name: str = "default-mig-parted-config"
+    configmap_key: str = "config.yaml"
+    layout_annotation: str = Field("migctl.io/layout", description="migctl's record of a node's per-GPU layout.")
