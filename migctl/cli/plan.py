@@ -78,9 +78,7 @@ def plan_command(
         from migctl.adapters.kube import api_client, read_objects
 
         try:
-            objects = read_objects(
-                api_client(str(kubeconfig) if kubeconfig else None, context), cfg.gpu_operator
-            )
+            objects = read_objects(api_client(str(kubeconfig) if kubeconfig else None, context), cfg.gpu_operator)
         except MigctlError as e:
             fail(str(e))
         source = "live cluster"

@@ -32,8 +32,9 @@ from migctl.core.plan import Assignment, Eviction, GpuPlan, NodePlan, Plan, Summ
 from migctl.core.settings import PlannerSettings
 
 Layout = CanonicalLayout
-# (stranded MiB, evictions, GPUs reconfigured, nodes touched, -usefulness of what stays free)
-Cost = tuple[int, int, int, int, int]
+# (strategy preference, stranded MiB, evictions, GPUs reconfigured, nodes touched, -usefulness of what stays free)
+Cost = tuple[int, int, int, int, int, int]
+STRATEGIES = ("stranded-first", "existing-first", "no-changes")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -131,7 +132,12 @@ class _Option:
 class Planner:
     """One planning run over one snapshot (create, call `run()` once)."""
 
-    def __init__(self, snapshot: Snapshot, settings: PlannerSettings | None = None) -> None:
+    def __init__(
+        self, snapshot: Snapshot, settings: PlannerSettings | None = None, strategy: str = "stranded-first"
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown planner strategy {strategy!r}")
+        self.strategy = strategy
         self.snapshot = snapshot
         self.settings = settings or PlannerSettings()
         self.models: dict[str, GpuModel] = {}
@@ -153,7 +159,11 @@ class Planner:
         for node in sorted(self.snapshot.nodes, key=lambda n: n.name):
             if node.model is None and node.card is None:
                 continue
-            frozen = bool(node.frozen_reason) or node.labels.get(self.settings.exclude_label) == "true"
+            frozen = (
+                bool(node.frozen_reason)
+                or node.labels.get(self.settings.exclude_label) == "true"
+                or self.strategy == "no-changes"
+            )
             mode_ok = self.settings.allow_mig_mode_change and not frozen and not node.gpu_pods
             ns = _NodeState(node, node.free, mode_ok)
             if node.model is not None:
@@ -282,7 +292,8 @@ class Planner:
             if opt is None:
                 continue
             waste = mib - need_mib(demand, mib, pod.need_mib)
-            cost: Cost = (waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
+            prefer = 1 if opt.reconfigure and self.strategy == "existing-first" else 0
+            cost: Cost = (prefer, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
             if best is None or (cost, profile) < (best[0], best[1]):
                 best = (cost, profile, mib, opt)
         return best
@@ -357,7 +368,7 @@ class Planner:
         saved = [(s, Counter(s.assigned), s.changed, s.mig, s.key) for s in ns.slots]
         saved_touched = ns.touched
         saved_assign = len(self.assignments)
-        total: Cost = (0, 0, 0, 0, 0)
+        total: Cost = (0, 0, 0, 0, 0, 0)
         ok = True
         for demand in sorted(pod.gpu, key=lambda d: (-d.vram_mib, d.kind, d.profile)):
             for _ in range(demand.count):
@@ -369,8 +380,8 @@ class Planner:
                 if best is None:
                     ok = False
                     break
-                a, b, c, d, e = (x + y for x, y in zip(total, best[0], strict=True))
-                total = (a, b, c, d, e)
+                a, b, c, d, e, f = (x + y for x, y in zip(total, best[0], strict=True))
+                total = (a, b, c, d, e, f)
                 self._apply_local(pod, demand, best[2], best[3], best[4], best[5])
             if not ok:
                 break
@@ -407,6 +418,8 @@ class Planner:
         """Free a node for `pod` by evicting its GPU pods, all of strictly lower priority (every GPU pod of the
         node: without per-GPU usage the planner cannot tell which GPU they use). Fewest victims win."""
         ranked: list[tuple[tuple[int, int, str], _NodeState, list[tuple[str, int]]]] = []
+        if self.strategy == "no-changes":
+            return None
         for ns in self.sig_nodes[self._sig(pod)]:
             node = ns.node
             if node.model is None or node.frozen_reason or ns.touched or not node.gpu_pods or not node.gpus:
@@ -620,6 +633,31 @@ class Planner:
         return tally(misfit, len(gpu_nodes)) + f"; needs {', '.join(str(d) for d in pod.gpu)}"
 
 
+def rank(result: Plan, snapshot: Snapshot) -> tuple[object, ...]:
+    """Sort key of the objective (smaller is better): pods placed per priority tier, highest tier first, then
+    stranded MiB, evictions, GPUs and nodes reconfigured."""
+    prio = {p.key: p.priority for p in snapshot.pods}
+    placed = Counter(prio.get(a.pod, 0) for a in {a.pod: a for a in result.assignments}.values())
+    tiers = tuple(-placed[lv] for lv in sorted(set(prio.values()) | set(placed), reverse=True))
+    s = result.summary
+    return (tiers, s.internal_waste_mib + s.unusable_mib, s.evictions, s.gpus_reconfigured, s.nodes_reconfigured)
+
+
 def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
-    """Plan MIG layouts for a snapshot: pure, deterministic, no I/O."""
-    return Planner(snapshot, settings).run()
+    """Plan MIG layouts for a snapshot: pure, deterministic, no I/O.
+
+    The greedy `stranded-first` pass usually places every pod; when it does not, reshaping a GPU early may have
+    destroyed free instances a later pod needed, so two more passes run (`existing-first`, which reshapes only
+    when no existing instance fits, and `no-changes`) and the best plan by the objective wins. Including
+    `no-changes` guarantees a plan never places fewer pods of any priority than leaving the layouts alone.
+    """
+    best = Planner(snapshot, settings).run()
+    if best.summary.pods_placed == best.summary.pending_pods - len(snapshot.rejected):
+        return best
+    best_rank = rank(best, snapshot)
+    for strategy in STRATEGIES[1:]:
+        other = Planner(snapshot, settings, strategy).run()
+        other_rank = rank(other, snapshot)
+        if other_rank < best_rank:
+            best, best_rank = other, other_rank
+    return best

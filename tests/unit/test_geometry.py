@@ -22,9 +22,7 @@ def brute_force(model_id: str) -> frozenset[tuple[tuple[str, int], ...]]:
     """Every multiset reachable by choosing pairwise-disjoint (profile, placement) pairs, then the count,
     compute, instance and media-engine rules. Written independently of migctl.core.geometry."""
     model = CATALOG.model(model_id)
-    slots = [
-        (p.name, start, size) for p in model.profiles for start, size in p.placements
-    ]
+    slots = [(p.name, start, size) for p in model.profiles for start, size in p.placements]
     results: set[tuple[tuple[str, int], ...]] = set()
 
     def ok(chosen: list[tuple[str, int, int]]) -> bool:
@@ -37,11 +35,10 @@ def brute_force(model_id: str) -> frozenset[tuple[tuple[str, int], ...]]:
         if len(chosen) > model.max_instances:
             return False
         me_all = [n for n in counts if profs[n].attributes == "+me.all"]
-        if me_all and (sum(counts[n] for n in me_all) > 1 or any(
-            profs[n].attributes != "-me" for n in counts if n not in me_all
-        )):
-            return False
-        return True
+        if not me_all:
+            return True
+        others_ok = all(profs[n].attributes == "-me" for n in counts if n not in me_all)
+        return sum(counts[n] for n in me_all) == 1 and others_ok
 
     def go(i: int, used: set[int], chosen: list[tuple[str, int, int]]) -> None:
         if i == len(slots):

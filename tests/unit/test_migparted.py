@@ -96,13 +96,22 @@ def test_render_keeps_existing_configs() -> None:
     ("text", "expected"),
     [
         ("version: v2\nmig-configs: {}\n", "version"),
-        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n"
-         "      mig-devices: {1g.10gb: 1}\n", "mig-devices must be empty"),
+        (
+            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n"
+            "      mig-devices: {1g.10gb: 1}\n",
+            "mig-devices must be empty",
+        ),
         ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n", "mig-devices is required"),
-        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
-         "      mig-devices: {1g10gb: 1}\n", "not a MIG profile name"),
-        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
-         "      mig-devices: {}\n      extra: 1\n", "unknown field"),
+        (
+            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+            "      mig-devices: {1g10gb: 1}\n",
+            "not a MIG profile name",
+        ),
+        (
+            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+            "      mig-devices: {}\n      extra: 1\n",
+            "unknown field",
+        ),
         ("version: v1\nmig-configs:\n  a: [\n", "broken YAML"),
     ],
 )
