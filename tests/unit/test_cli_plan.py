@@ -1,0 +1,86 @@
+"""`migctl plan` end to end on snapshots: text and JSON output, flags, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from migctl.cli import cli
+from migctl.cli.plan import example_path
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(cli, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_example_json_has_the_documented_schema() -> None:
+    code, out, _ = run("plan", "--example", "--output", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert set(data["summary"]) == {
+        "pending_pods", "pods_placed", "stranded_mib_before", "stranded_mib_after", "internal_waste_mib",
+        "unusable_mib", "evictions", "gpus_reconfigured", "nodes_reconfigured",
+    }  # fmt: skip
+    node = data["nodes"][0]
+    assert {"name", "gpus"} <= set(node)
+    assert {"index", "model", "current", "target", "changed"} <= set(node["gpus"][0])
+    assert all({"pod", "node", "gpu", "profile"} <= set(a) for a in data["assignments"])
+    assert all({"pod", "reason"} <= set(u) for u in data["unplaced"])
+    assert data["summary"]["pods_placed"] == len({a["pod"] for a in data["assignments"]})
+
+
+def test_example_text_explains_unplaced_pods() -> None:
+    code, out, _ = run("plan", "--example", "--explain")
+    assert code == 0
+    assert "batch/giant: asks for 204800 MiB" in out
+    assert "summary: placed" in out
+    code, out, _ = run("plan", "--example")
+    assert "(add --explain for the reasons)" in out
+
+
+def test_example_is_deterministic() -> None:
+    assert run("plan", "--example", "-o", "json") == run("plan", "--example", "-o", "json")
+
+
+def test_mode_change_flag_places_the_whole_gpu_pod() -> None:
+    _, out, _ = run("plan", "--example", "-o", "json")
+    before = {u["pod"] for u in json.loads(out)["unplaced"]}
+    _, out, _ = run("plan", "--example", "-o", "json", "--allow-mig-mode-change")
+    after = json.loads(out)
+    assert "research/whole-gpu" in before
+    assert "research/whole-gpu" in {a["pod"] for a in after["assignments"]}
+
+
+def test_snapshot_file_and_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "migctl.yaml"
+    cfg.write_text(yaml.safe_dump({"planner": {"evictions": "lower-priority", "max_evictions": 0}}))
+    code, out, _ = run("plan", "--snapshot", str(example_path()), "--config", str(cfg), "-o", "json")
+    assert code == 0
+    assert json.loads(out)["evictions"] == []
+
+
+def test_bad_config_field_names_file_and_path(tmp_path: Path) -> None:
+    cfg = tmp_path / "migctl.yaml"
+    cfg.write_text(yaml.safe_dump({"planner": {"evictionz": "none"}}))
+    code, _, err = run("plan", "--example", "--config", str(cfg))
+    assert code == 2
+    assert "migctl.yaml" in err
+    assert "planner.evictionz: unknown field" in err
+
+
+def test_missing_snapshot_file_exit_2(tmp_path: Path) -> None:
+    code, _, err = run("plan", "--snapshot", str(tmp_path / "nope.yaml"))
+    assert code == 2
+    assert "nope.yaml" in err
+
+
+def test_live_mode_without_credentials_fails_clearly(tmp_path: Path, monkeypatch: object) -> None:
+    empty = tmp_path / "kubeconfig"
+    empty.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    code, _, err = run("plan", "--kubeconfig", str(empty))
+    assert code == 2
+    assert "credentials" in err or "kubeconfig" in err.lower()
