@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 example: install
-	$(BIN)/migctl plan --example
+	$(BIN)/migctl plan --example --explain
 
 lint: install
 	$(BIN)/ruff check migctl tests bench
