@@ -606,12 +606,12 @@ class Planner:
                 )
             if d.kind == "profile" and not any(m.has_profile(d.profile) for m in self.models.values()):
                 return f"no GPU model in the cluster offers MIG profile {d.profile}"
-        if any(d.kind == "gpu" for d in pod.gpu) and not self.settings.allow_mig_mode_change:
-            if not any(s.free[WHOLE_GPU] > s.assigned[WHOLE_GPU] for s in self.slots):
-                return (
-                    "needs a whole GPU with MIG disabled; none is free and MIG mode changes are off "
-                    "(planner.allow_mig_mode_change)"
-                )
+        wants_whole = any(d.kind == "gpu" for d in pod.gpu) and not self.settings.allow_mig_mode_change
+        if wants_whole and not any(s.free[WHOLE_GPU] > s.assigned[WHOLE_GPU] for s in self.slots):
+            return (
+                "needs a whole GPU with MIG disabled; none is free and MIG mode changes are off "
+                "(planner.allow_mig_mode_change)"
+            )
         misfit: Counter[str] = Counter()
         gpu_nodes = list(self.nodes)
         for ns in gpu_nodes:

@@ -137,7 +137,7 @@ def test_fractional_mig_count_is_rejected() -> None:
 def test_broken_snapshot_file_is_an_input_error(tmp_path: Path) -> None:
     f = tmp_path / "snap.yaml"
     f.write_text("items: [\n")
-    with pytest.raises(InputError, match="snap.yaml"):
+    with pytest.raises(InputError, match=r"snap\.yaml"):
         load_objects(f)
     f.write_text(yaml.safe_dump({"items": ["not an object"]}))
     with pytest.raises(InputError, match=r"items\[0\]"):
