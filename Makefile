@@ -19,7 +19,7 @@ example: install
 	$(BIN)/migctl plan --example --explain
 
 lint: install
-	$(BIN)/ruff check migctl tests bench
+	$(BIN)/ruff check .
 	$(BIN)/ruff format --check migctl
 	$(BIN)/mypy migctl
 	$(BIN)/lint-imports
