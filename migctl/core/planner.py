@@ -21,6 +21,8 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from itertools import count
 
 from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
@@ -47,6 +49,11 @@ class _Completions:
     def __init__(self, geo: ModelGeometry) -> None:
         self.geo = geo
         self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
+        # every valid layout once: as a dict, its unusable MiB, and whether it contains media variants
+        self._layouts = [
+            (lay, dict(lay), geo.unusable_mib(lay), {n for n, _ in lay if geo.profiles[n].attributes})
+            for lay in geo.layouts
+        ]
 
     def usefulness(self, free: Counter[str]) -> int:
         """Sum of squared GiB of free instances: one 40 GiB instance beats four of 10 GiB (FGD-style)."""
@@ -57,14 +64,14 @@ class _Completions:
         """(layout, unusable MiB, usefulness of its free instances) or None when `assigned` cannot exist."""
         if assigned in self._best:
             return self._best[assigned]
-        need = Counter(dict(assigned))
+        need = dict(assigned)
         found: tuple[tuple[int, int, Layout], Layout, int, int] | None = None
-        for layout in self.geo.layouts:
-            have = Counter(dict(layout))
-            extra = have - need
-            if need - have or any(self.geo.profiles[n].attributes for n in extra):
-                continue  # not a superset, or pads with media variants nobody asked for
-            unusable = self.geo.unusable_mib(layout)
+        for layout, have, unusable, variants in self._layouts:
+            if any(have.get(n, 0) < c for n, c in need.items()):
+                continue  # not a superset
+            extra = Counter({n: c - need.get(n, 0) for n, c in have.items() if c > need.get(n, 0)})
+            if any(n in variants for n in extra):
+                continue  # pads with media variants nobody asked for
             useful = self.usefulness(extra)
             rank = (unusable, -useful, layout)
             if found is None or rank < found[0]:
@@ -103,16 +110,16 @@ class _Slot:
     order: float
     assigned: Counter[str] = field(default_factory=Counter)
     changed: bool = False
-    key: tuple[object, ...] = ()
+    key: int | None = None  # id of its state (`_bkey`) in the views; None when not listed
+    version: int = 0
 
 
-def _state_key(slot: _Slot) -> tuple[object, ...]:
+def _bkey(slot: _Slot) -> tuple[object, ...]:
+    """What a reshaping option's cost depends on: GPUs with equal keys are interchangeable for it."""
     return (
         slot.kind,
-        tuple(sorted((slot.free - slot.assigned).items())) if not slot.changed else (),
         tuple(sorted(slot.assigned.items())),
         slot.changed,
-        slot.reconfigurable,
         slot.mig,
         slot.node.touched,
         slot.node.mode_ok,
@@ -129,8 +136,18 @@ class _Option:
     mig_after: bool
 
 
+# A candidate: (cost, GPU order, slot, profile, instance MiB, option)
+_Candidate = tuple[Cost, float, "_Slot", str, int, _Option]
+
+
 class Planner:
-    """One planning run over one snapshot (create, call `run()` once)."""
+    """One planning run over one snapshot (create, call `run()` once).
+
+    Two indexes keep each pod's search independent of the cluster size. Existing free instances sit in heaps per
+    (pod signature, GPU kind, profile), ordered by the usefulness of what the GPU keeps free, then GPU order.
+    Reshaping options are costed per GPU state key (`_bkey`): the views map each key to its GPUs in name order.
+    Entries go stale by version number instead of being deleted.
+    """
 
     def __init__(
         self, snapshot: Snapshot, settings: PlannerSettings | None = None, strategy: str = "stranded-first"
@@ -146,8 +163,16 @@ class Planner:
         self.slots: list[_Slot] = []
         self.sig_ids: dict[tuple[object, ...], int] = {}
         self.sig_nodes: list[list[_NodeState]] = []
-        self.views: list[dict[tuple[object, ...], list[_Slot]]] = []
-        self.option_memo: dict[tuple[tuple[object, ...], str], _Option | None] = {}
+        self.sig_kinds: list[set[str]] = []
+        self.views: list[dict[int, list[_Slot]]] = []
+        self.key_ids: dict[tuple[object, ...], int] = {}
+        self.class_ids: dict[tuple[GpuDemand, int | None], int] = {}
+        self.heaps: dict[tuple[int, str, str], list[tuple[int, float, int, int, _Slot]]] = {}
+        self._seq = count()  # unique tie-breaker: heap entries never compare slots
+        self.option_memo: dict[tuple[int, str], _Option | None] = {}
+        self.grow_memo: dict[int, bool] = {}
+        self.unit_memo: dict[tuple[int, int], _Candidate | None] = {}
+        self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
         self.assignments: list[Assignment] = []
         self.evictions: list[Eviction] = []
         self._build()
@@ -177,7 +202,7 @@ class Planner:
                     if cfg.mig_enabled:
                         used = Counter(dict(gpu.used or {}))
                         free = Counter(dict(cfg.layout)) - used
-                        idle = sum(used.values()) == 0
+                        idle = used.total() == 0
                     else:
                         idle = not gpu.whole_used
                         free = Counter({WHOLE_GPU: 1}) if idle else Counter()
@@ -192,8 +217,6 @@ class Planner:
                     free[WHOLE_GPU] = node.whole_free
                 ns.slots.append(_Slot(ns, None, node.model, kind, None, free, False, True, order))
                 order += 1
-            for s in ns.slots:
-                s.key = _state_key(s)
             self.nodes.append(ns)
             self.slots.extend(ns.slots)
 
@@ -206,56 +229,113 @@ class Planner:
         self.sig_ids[sig] = sid
         fitting = [ns for ns in self.nodes if static_misfit(pod, ns.node) is None]
         self.sig_nodes.append(fitting)
-        view: dict[tuple[object, ...], list[_Slot]] = {}
+        self.sig_kinds.append({s.kind for ns in fitting for s in ns.slots})
+        self.views.append({})
         for ns in fitting:
             ns.sigs.append(sid)
             for s in ns.slots:
-                view.setdefault(s.key, []).append(s)  # nodes are in name order, so lists start sorted
-        self.views.append(view)
+                self._push_existing(s, (sid,))
+                if s.key is not None:
+                    self.views[sid].setdefault(s.key, []).append(s)  # name order: lists start sorted
+                elif self._can_grow(s):
+                    s.key = self._kid(s)
+                    for other in ns.sigs[:-1]:
+                        insort(self.views[other].setdefault(s.key, []), s, key=lambda x: x.order)
+                    self.views[sid].setdefault(s.key, []).append(s)
         return sid
 
+    # -- index maintenance -------------------------------------------------------------------------------
+
+    def _left(self, slot: _Slot) -> Counter[str]:
+        return slot.free - slot.assigned
+
+    def _push_existing(self, slot: _Slot, sids: Iterable[int]) -> None:
+        """Index the slot's free existing instances (only while its layout is unchanged)."""
+        if slot.changed:
+            return
+        left = self._left(slot)
+        if not left:
+            return
+        comp = self.completions.get(slot.kind)
+        for profile, n in left.items():
+            if n <= 0:
+                continue
+            after = left.copy()
+            after[profile] -= 1
+            useful = comp.usefulness(after) if comp is not None and profile != WHOLE_GPU else 0
+            entry = (-useful, slot.order, next(self._seq), slot.version, slot)
+            for sid in sids:
+                heappush(self.heaps.setdefault((sid, slot.kind, profile), []), entry)
+
+    def _kid(self, slot: _Slot) -> int:
+        """Small-int id of the slot's state key: memo lookups then hash two ints, not nested tuples."""
+        return self.key_ids.setdefault(_bkey(slot), len(self.key_ids))
+
+    def _can_grow(self, slot: _Slot) -> bool:
+        if not slot.reconfigurable or slot.model is None:
+            return False
+        key = self._kid(slot)
+        hit = self.grow_memo.get(key)
+        if hit is None:
+            names = [p.name for p in slot.model.profiles] + [WHOLE_GPU]
+            hit = any(self._reconf_option(slot, n) is not None for n in names)
+            self.grow_memo[key] = hit
+        return hit
+
     def _rekey(self, slot: _Slot) -> None:
-        new = _state_key(slot)
-        if new == slot.key:
+        """Move a reshapable slot to the view list of its new state (or out, once it can take nothing more)."""
+        if not slot.reconfigurable:
+            return
+        new = self._kid(slot) if self._can_grow(slot) else None
+        old = slot.key
+        if new == old:
             return
         for sid in slot.node.sigs:
             view = self.views[sid]
-            old_list = view[slot.key]
-            i = bisect_left(old_list, slot.order, key=lambda s: s.order)
-            del old_list[i]
-            if not old_list:
-                del view[slot.key]
-            insort(view.setdefault(new, []), slot, key=lambda s: s.order)
+            if old is not None:
+                lst = view[old]
+                del lst[bisect_left(lst, slot.order, key=lambda x: x.order)]
+                if not lst:
+                    del view[old]
+            if new is not None:
+                insort(view.setdefault(new, []), slot, key=lambda x: x.order)
         slot.key = new
+
+    def _refresh(self, slot: _Slot) -> None:
+        """After the slot's state changed: retire its heap entries, index what it has left, move its view."""
+        slot.version += 1
+        self._push_existing(slot, slot.node.sigs)
+        self._rekey(slot)
 
     # -- costing -----------------------------------------------------------------------------------------
 
-    def _option(self, slot: _Slot, profile: str) -> _Option | None:
-        memo_key = (slot.key, profile)
-        if memo_key in self.option_memo:
-            return self.option_memo[memo_key]
-        opt = self._compute_option(slot, profile)
-        self.option_memo[memo_key] = opt
-        return opt
+    def _existing_option(self, slot: _Slot, profile: str) -> _Option | None:
+        if slot.changed:
+            return None
+        left = self._left(slot)
+        if left[profile] <= 0:
+            return None
+        comp = self.completions.get(slot.kind)
+        left[profile] -= 1
+        useful = comp.usefulness(left) if comp is not None and profile != WHOLE_GPU else 0
+        return _Option(0, 0, 0, useful, False, slot.mig)
 
-    def _compute_option(self, slot: _Slot, profile: str) -> _Option | None:
-        touched = 0 if slot.node.touched else 1
-        if not slot.changed and (slot.free - slot.assigned)[profile] > 0:
-            comp = self.completions.get(slot.kind)
-            left = slot.free - slot.assigned
-            left[profile] -= 1
-            useful = comp.usefulness(left) if comp and profile != WHOLE_GPU else 0
-            return _Option(0, 0, 0, useful, False, slot.mig)
+    def _reconf_option(self, slot: _Slot, profile: str) -> _Option | None:
+        memo_key = (self._kid(slot), profile)
+        if memo_key not in self.option_memo:
+            self.option_memo[memo_key] = self._compute_reconf(slot, profile)
+        return self.option_memo[memo_key]
+
+    def _compute_reconf(self, slot: _Slot, profile: str) -> _Option | None:
         if not slot.reconfigurable or slot.model is None:
             return None
+        touched = 0 if slot.node.touched else 1
         if profile == WHOLE_GPU:
             if slot.changed or slot.assigned.total() or not slot.mig or not slot.node.mode_ok:
                 return None
             return _Option(0, 1, touched, 0, True, False)
-        if not slot.mig and not slot.node.mode_ok:
-            return None
-        if not slot.mig and slot.assigned:
-            return None  # a MIG-disabled GPU serving a whole-GPU pod cannot also host instances
+        if not slot.mig and (not slot.node.mode_ok or slot.assigned):
+            return None  # MIG stays off, or the GPU already serves a whole-GPU pod
         comp = self.completions[slot.kind]
         after = comp.best(canonical(slot.assigned + Counter({profile: 1})))
         if after is None:
@@ -265,37 +345,58 @@ class Planner:
             prev = comp.best(canonical(slot.assigned))
             before = prev[1] if prev else 0
         return _Option(
-            after[1] - before,
-            0 if slot.changed else 1,
-            0 if slot.changed else touched,
-            after[2],
-            True,
-            True,
+            after[1] - before, 0 if slot.changed else 1, 0 if slot.changed else touched, after[2], True, True
         )
 
     def _choices(self, slot_kind: str, demand: GpuDemand) -> list[tuple[str, int]]:
         """(profile, instance MiB) that can serve one unit of `demand` on GPUs of `slot_kind`."""
-        if demand.kind == "gpu":
-            model = self.models.get(slot_kind)
-            if model is not None:
-                return [(WHOLE_GPU, model.memory_mib)]
-            return [(WHOLE_GPU, int(slot_kind.split(":")[1]))] if slot_kind.startswith("card:") else []
+        key = (slot_kind, demand)
+        hit = self.choice_memo.get(key)
+        if hit is not None:
+            return hit
+        out: list[tuple[str, int]] = []
         model = self.models.get(slot_kind)
-        if model is None:
-            return []
-        return [(p.name, p.memory_mib) for p in profiles_for(model, demand)]
+        if demand.kind == "gpu":
+            if model is not None:
+                out = [(WHOLE_GPU, model.memory_mib)]
+            elif slot_kind.startswith("card:"):
+                out = [(WHOLE_GPU, int(slot_kind.split(":")[1]))]
+        elif model is not None:
+            out = [(p.name, p.memory_mib) for p in profiles_for(model, demand)]
+        self.choice_memo[key] = out
+        return out
 
-    def _unit_cost(self, pod: Pod, demand: GpuDemand, slot: _Slot) -> tuple[Cost, str, int, _Option] | None:
-        best: tuple[Cost, str, int, _Option] | None = None
+    def _cost(self, pod: Pod, demand: GpuDemand, mib: int, opt: _Option) -> Cost:
+        waste = mib - need_mib(demand, mib, pod.need_mib)
+        prefer = 1 if opt.reconfigure and self.strategy == "existing-first" else 0
+        return (prefer, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
+
+    def _reconf_unit(self, pod: Pod, demand: GpuDemand, slot: _Slot, kid: int, cid: int) -> _Candidate | None:
+        """Cheapest reshaping option for one unit on GPUs in state `kid` (memoised per state and demand class)."""
+        memo_key = (kid, cid)
+        if memo_key in self.unit_memo:
+            return self.unit_memo[memo_key]
+        best: _Candidate | None = None
         for profile, mib in self._choices(slot.kind, demand):
-            opt = self._option(slot, profile)
+            opt = self._reconf_option(slot, profile)
             if opt is None:
                 continue
-            waste = mib - need_mib(demand, mib, pod.need_mib)
-            prefer = 1 if opt.reconfigure and self.strategy == "existing-first" else 0
-            cost: Cost = (prefer, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
-            if best is None or (cost, profile) < (best[0], best[1]):
-                best = (cost, profile, mib, opt)
+            cand: _Candidate = (self._cost(pod, demand, mib, opt), 0.0, slot, profile, mib, opt)
+            if best is None or (cand[0], profile) < (best[0], best[3]):
+                best = cand
+        self.unit_memo[memo_key] = best
+        return best
+
+    def _unit_cost(self, pod: Pod, demand: GpuDemand, slot: _Slot) -> _Candidate | None:
+        """Cheapest option of either kind on one given slot (the per-node path for multi-instance pods)."""
+        best: _Candidate | None = None
+        for profile, mib in self._choices(slot.kind, demand):
+            for opt in (self._existing_option(slot, profile), self._compute_reconf(slot, profile)):
+                if opt is None:
+                    continue
+                cand: _Candidate = (self._cost(pod, demand, mib, opt), slot.order, slot, profile, mib, opt)
+                if best is None or (cand[0], cand[1], profile) < (best[0], best[1], best[3]):
+                    best = cand
         return best
 
     # -- placing -----------------------------------------------------------------------------------------
@@ -303,50 +404,72 @@ class Planner:
     def _apply(self, pod: Pod, demand: GpuDemand, slot: _Slot, profile: str, mib: int, opt: _Option) -> None:
         ns = slot.node
         slot.assigned[profile] += 1
-        if opt.reconfigure and not slot.changed:
-            slot.changed = True
-            slot.mig = opt.mig_after
-        if opt.reconfigure and not ns.touched:
-            ns.touched = True
+        newly_touched = False
+        if opt.reconfigure:
+            if not slot.changed:
+                slot.changed = True
+                slot.mig = opt.mig_after
+            if not ns.touched:
+                ns.touched = newly_touched = True
+        self._refresh(slot)
+        if newly_touched:
             for s in ns.slots:
-                self._rekey(s)
-        else:
-            self._rekey(slot)
+                if s is not slot:
+                    self._rekey(s)
         self.assignments.append(
             Assignment(pod.key, ns.node.name, slot.index, profile, mib, need_mib(demand, mib, pod.need_mib))
         )
 
+    def _existing_top(self, heap: list[tuple[int, float, int, int, _Slot]], pod: Pod) -> tuple[int, _Slot] | None:
+        """Best live entry whose node still has room for the pod; stale entries are dropped on the way."""
+        skipped = []
+        found: tuple[int, _Slot] | None = None
+        while heap:
+            neg_useful, _order, _seq, version, slot = heap[0]
+            if version != slot.version or slot.changed:
+                heappop(heap)
+                continue
+            if not pod.requests.fits_in(slot.node.free):
+                skipped.append(heappop(heap))
+                continue
+            found = (-neg_useful, slot)
+            break
+        for e in skipped:
+            heappush(heap, e)
+        return found
+
     def _place_single(self, pod: Pod) -> bool:
         demand = pod.gpu[0]
-        view = self.views[self._sig(pod)]
-        ranked: list[tuple[Cost, str, int, _Option, list[_Slot]]] = []
-        for slots in view.values():
-            if not slots:
+        sid = self._sig(pod)
+        best: _Candidate | None = None
+        for kind in sorted(self.sig_kinds[sid]):
+            for profile, mib in self._choices(kind, demand):
+                heap = self.heaps.get((sid, kind, profile))
+                top = self._existing_top(heap, pod) if heap else None
+                if top is None:
+                    continue
+                useful, slot = top
+                opt = _Option(0, 0, 0, useful, False, slot.mig)
+                cand: _Candidate = (self._cost(pod, demand, mib, opt), slot.order, slot, profile, mib, opt)
+                if best is None or cand[:2] < best[:2]:
+                    best = cand
+        cid = self.class_ids.setdefault((demand, pod.need_mib), len(self.class_ids))
+        for kid, slots in self.views[sid].items():
+            unit = self._reconf_unit(pod, demand, slots[0], kid, cid)
+            if unit is None or (best is not None and unit[0] > best[0]):
                 continue
-            unit = self._unit_cost(pod, demand, slots[0])
-            if unit is not None:
-                ranked.append((*unit, slots))
-        ranked.sort(key=lambda r: (r[0], r[1]))
-        i = 0
-        while i < len(ranked):
-            cost = ranked[i][0]
-            group = []
-            while i < len(ranked) and ranked[i][0] == cost:
-                group.append(ranked[i])
-                i += 1
-            winner: tuple[_Slot, str, int, _Option] | None = None
-            for _, profile, mib, opt, slots in group:
-                for s in slots:
-                    if pod.requests.fits_in(s.node.free):
-                        if winner is None or s.order < winner[0].order:
-                            winner = (s, profile, mib, opt)
-                        break
-            if winner is not None:
-                s, profile, mib, opt = winner
-                s.node.free = s.node.free - pod.requests
-                self._apply(pod, demand, s, profile, mib, opt)
-                return True
-        return False
+            for s in slots:
+                if s.order > (best[1] if best is not None and unit[0] == best[0] else float("inf")):
+                    break
+                if pod.requests.fits_in(s.node.free):
+                    best = (unit[0], s.order, s, unit[3], unit[4], unit[5])
+                    break
+        if best is None:
+            return False
+        _, _, slot, profile, mib, opt = best
+        slot.node.free = slot.node.free - pod.requests
+        self._apply(pod, demand, slot, profile, mib, opt)
+        return True
 
     def _place_multi(self, pod: Pod, candidates: Iterable[_NodeState]) -> bool:
         """Pods with several GPU units: all units on one node, chosen by total cost then node name."""
@@ -364,19 +487,19 @@ class Planner:
         return True
 
     def _trial(self, pod: Pod, ns: _NodeState, commit: bool) -> Cost | None:
-        """Place every unit of `pod` on `ns` greedily; undo unless `commit` (views move only on commit)."""
-        saved = [(s, Counter(s.assigned), s.changed, s.mig, s.key) for s in ns.slots]
+        """Place every unit of `pod` on `ns` greedily; undo unless `commit` (indexes move only on commit)."""
+        saved = [(s, Counter(s.assigned), s.changed, s.mig) for s in ns.slots]
         saved_touched = ns.touched
         saved_assign = len(self.assignments)
         total: Cost = (0, 0, 0, 0, 0, 0)
         ok = True
         for demand in sorted(pod.gpu, key=lambda d: (-d.vram_mib, d.kind, d.profile)):
             for _ in range(demand.count):
-                best: tuple[Cost, float, _Slot, str, int, _Option] | None = None
+                best: _Candidate | None = None
                 for s in ns.slots:
                     unit = self._unit_cost(pod, demand, s)
-                    if unit is not None and (best is None or (unit[0], s.order) < (best[0], best[1])):
-                        best = (unit[0], s.order, s, unit[1], unit[2], unit[3])
+                    if unit is not None and (best is None or unit[:2] < best[:2]):
+                        best = unit
                 if best is None:
                     ok = False
                     break
@@ -386,19 +509,17 @@ class Planner:
             if not ok:
                 break
         if commit and ok:
-            for s, *_unused, old_key in saved:
-                new_key, s.key = s.key, old_key
-                if new_key != old_key:
-                    self._rekey(s)
+            for s in ns.slots:
+                self._refresh(s)
             return total
-        for s, assigned, changed, mig, key in saved:
-            s.assigned, s.changed, s.mig, s.key = assigned, changed, mig, key
+        for s, assigned, changed, mig in saved:
+            s.assigned, s.changed, s.mig = assigned, changed, mig
         ns.touched = saved_touched
         del self.assignments[saved_assign:]
         return total if ok else None
 
     def _apply_local(self, pod: Pod, demand: GpuDemand, slot: _Slot, profile: str, mib: int, opt: _Option) -> None:
-        """Like `_apply`, but keys are recomputed without touching the views (for trials)."""
+        """Like `_apply`, without touching the indexes (for trials)."""
         ns = slot.node
         slot.assigned[profile] += 1
         if opt.reconfigure and not slot.changed:
@@ -406,8 +527,6 @@ class Planner:
             slot.mig = opt.mig_after
         if opt.reconfigure:
             ns.touched = True
-        for s in ns.slots:
-            s.key = _state_key(s)
         self.assignments.append(
             Assignment(pod.key, ns.node.name, slot.index, profile, mib, need_mib(demand, mib, pod.need_mib))
         )
@@ -445,35 +564,24 @@ class Planner:
             cfg = gpu.config
             free = Counter(dict(cfg.layout)) if cfg.mig_enabled else Counter({WHOLE_GPU: 1})
             reconf = node.model is not None and (cfg.mig_enabled or ns.mode_ok)
-            slot = _Slot(
-                ns,
-                gpu.index,
-                node.model,
-                node.model.id if node.model else "",
-                cfg,
-                free,
-                reconf,
-                cfg.mig_enabled,
-                base + i / 100,
-            )
-            slots.append(slot)
+            kind = node.model.id if node.model else ""
+            slots.append(_Slot(ns, gpu.index, node.model, kind, cfg, free, reconf, cfg.mig_enabled, base + i / 100))
         return slots
 
     def _swap_slots(self, ns: _NodeState, new: list[_Slot]) -> list[_Slot]:
-        """Replace a node's slots in every view; returns the old ones (CPU/memory are not credited back)."""
-        for sid in ns.sigs:
-            view = self.views[sid]
-            for s in ns.slots:
-                lst = view.get(s.key, [])
-                if s in lst:
+        """Replace a node's slots in every index; returns the old ones (CPU/memory are not credited back)."""
+        for s in ns.slots:
+            s.version += 1  # retires its heap entries
+            if s.key is not None:
+                for sid in ns.sigs:
+                    lst = self.views[sid][s.key]
                     lst.remove(s)
                     if not lst:
-                        del view[s.key]
+                        del self.views[sid][s.key]
+                s.key = None
         old, ns.slots = ns.slots, new
         for s in new:
-            s.key = _state_key(s)
-            for sid in ns.sigs:
-                insort(self.views[sid].setdefault(s.key, []), s, key=lambda x: x.order)
+            self._refresh(s)
         return old
 
     # -- run ---------------------------------------------------------------------------------------------
