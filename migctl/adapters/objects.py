@@ -22,10 +22,12 @@ import yaml
 from migctl.core.catalog import Catalog, GpuModel
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Requirement, Resources, Snapshot, Taint, Term, Toleration
 from migctl.core.demand import effective_requests
+from migctl.core.inventory import INVENTORY_ANNOTATION, Inventory, parse_inventory
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve
 from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
 from migctl.core.quantity import MIB, parse_quantity
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
+from migctl.core.vram_fit import GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler before binding
 from migctl.errors import InputError
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
@@ -184,7 +186,18 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings) -> Pod:
         unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
         created=str(meta.get("creationTimestamp") or ""),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        gpu_index=_gpu_index(annotations),
     )
+
+
+def _gpu_index(annotations: Mapping[str, Any]) -> int | None:
+    """The GPU migctl's fallback scheduler chose for the pod (annotation), if any.
+
+    A garbled value counts as unknown rather than rejecting the pod: a rejected running pod would drop out of
+    its node's accounting.
+    """
+    raw = str(annotations.get(GPU_INDEX_ANNOTATION, ""))
+    return int(raw) if raw.isdigit() else None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -251,7 +264,8 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
         Taint(t.get("key") or "", str(t.get("value") or ""), t.get("effect") or "NoSchedule")
         for t in spec.get("taints") or []
     )
-    product = labels.get(GFD_PRODUCT, "")
+    inventory = _inventory(annotations, name, ctx)
+    product = labels.get(GFD_PRODUCT, "") or (inventory.gpus[0].name if inventory and inventory.gpus else "")
     model = ctx.catalog.match_product(product) if product else None
     card = ctx.catalog.match_card(product) if product and model is None else None
     has_gpu_resources = any(k.startswith("nvidia.com/mig-") or k == WHOLE_GPU_RESOURCE for k in extended)
@@ -265,6 +279,8 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
         return None  # not a GPU node
     if model is not None:
         model = _live_model(model, labels)
+        if inventory is not None and (inventory.profiles or inventory.total_mib):
+            model = model.with_live_memory(inventory.profiles, inventory.total_mib)  # NVML beats GFD labels
 
     used = Resources()
     mig_used: Counter[str] = Counter()
@@ -288,6 +304,12 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
 
     count_label = labels.get(GFD_COUNT, "")
     count = int(count_label) if count_label.isdigit() else 0
+    if inventory is not None and inventory.gpus:
+        if count and count != len(inventory.gpus):
+            ctx.warnings.append(
+                f"{where}: {GFD_COUNT}={count} but the node agent sees {len(inventory.gpus)} GPUs; using the agent's"
+            )
+        count = len(inventory.gpus)
     frozen = ""
     gpus: tuple[Gpu, ...] = ()
     configs: dict[int, GpuConfig] = {}
@@ -318,6 +340,19 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
     elif card is not None and count:
         configs = {i: GpuConfig.disabled() for i in range(count)}
 
+    if inventory is not None and inventory.gpus and (model is not None or card is not None):
+        hardware = {g.index: g.config for g in inventory.gpus}
+        if configs and configs != hardware:
+            problem = "the recorded layout disagrees with the hardware (node agent): " + _diff(configs, hardware)
+            ctx.warnings.append(f"{where}: {problem}")
+            frozen = frozen or problem
+        elif frozen.startswith("current layout unknown"):
+            frozen = ""  # the hardware says what the labels could not
+        configs = hardware
+        pending = [g.index for g in inventory.gpus if g.mig_pending != g.mig_enabled]
+        if pending:
+            frozen = frozen or f"MIG mode change pending a GPU reset on GPU {', '.join(map(str, pending))}"
+
     if configs:
         problem = _cross_check(model, configs, extended)
         if problem:
@@ -333,9 +368,16 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
         frozen = frozen or f"{MIG_CAPABLE}=false"
 
     usage_known = not gpu_pods or (len(configs) == 1)
+    from_hardware = None
+    if inventory is not None and configs and set(configs) == {g.index for g in inventory.gpus}:
+        from_hardware, why = _usage_from_inventory(inventory, mig_used, whole_used, pods_on_node)
+        if from_hardware is None and gpu_pods:
+            ctx.warnings.append(f"{where}: per-GPU usage unknown: {why}")
     if configs:
         per_gpu: dict[int, tuple[Counter[str], int]] = {i: (Counter(), 0) for i in configs}
-        if gpu_pods and len(configs) == 1:
+        if from_hardware is not None:
+            per_gpu, usage_known = from_hardware, True
+        elif gpu_pods and len(configs) == 1:
             (only,) = configs
             per_gpu[only] = (mig_used, whole_used)
         gpus = tuple(
@@ -363,6 +405,69 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
         frozen_reason=frozen,
         gpu_pods=tuple(gpu_pods),
     )
+
+
+def _inventory(annotations: Mapping[str, Any], node: str, ctx: _Ctx) -> Inventory | None:
+    raw = annotations.get(INVENTORY_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return parse_inventory(str(raw), node)
+    except InputError as e:
+        ctx.warnings.append(f"{e}; the node agent's inventory is ignored")
+        return None
+
+
+def _diff(recorded: Mapping[int, GpuConfig], hardware: Mapping[int, GpuConfig]) -> str:
+    keys = sorted(set(recorded) | set(hardware))
+    parts = [
+        f"GPU {i}: recorded {recorded.get(i, '<none>')}, hardware {hardware.get(i, '<none>')}"
+        for i in keys
+        if recorded.get(i) != hardware.get(i)
+    ]
+    return "; ".join(parts)
+
+
+def _usage_from_inventory(
+    inventory: Inventory, mig_used: Counter[str], whole_used: int, pods: Sequence[Pod]
+) -> tuple[dict[int, tuple[Counter[str], int]] | None, str]:
+    """Per-GPU usage from NVML's busy flags, reconciled with what the node's pods hold.
+
+    NVML sees processes, the scheduler sees allocations: a pod whose container has not started a CUDA process
+    yet holds an instance that looks idle. Such a held-but-idle instance is attributed when only one GPU has an
+    idle instance of that profile; when several could hold it, per-GPU usage stays unknown (None, why).
+    """
+    per_gpu: dict[int, tuple[Counter[str], int]] = {}
+    idle: dict[int, Counter[str]] = {}
+    for g in inventory.gpus:
+        if g.mig_enabled:
+            used, free = g.used(), g.idle()
+            if used is None or free is None:
+                return None, f"NVML cannot tell which MIG devices of GPU {g.index} run processes"
+            per_gpu[g.index], idle[g.index] = (Counter(used), 0), Counter(free)
+        else:
+            annotated = any(p.gpu_index == g.index for p in pods)  # placed by migctl's fallback scheduler
+            if g.busy is None and not annotated:
+                return None, f"NVML cannot tell whether GPU {g.index} runs processes"
+            busy = bool(g.busy) or annotated
+            per_gpu[g.index], idle[g.index] = (Counter(), int(busy)), Counter({"": int(not busy)})
+    held = [*mig_used.items(), ("", whole_used)]
+    for profile, n in held:
+        excess = n - sum(c[profile] if profile else w for c, w in per_gpu.values())
+        if excess <= 0:
+            continue
+        holders = [i for i, c in idle.items() if c[profile] > 0]
+        what = profile or "whole GPU"
+        if len(holders) > 1:
+            return None, f"pods hold {excess} {what} more than NVML sees busy, on one of GPUs {holders}"
+        for i in holders:
+            used, whole = per_gpu[i]
+            if profile:
+                used[profile] += min(excess, idle[i][profile])
+            else:
+                whole = 1
+            per_gpu[i] = (used, whole)
+    return per_gpu, ""
 
 
 def _cross_check(model: GpuModel | None, configs: Mapping[int, GpuConfig], extended: Mapping[str, int]) -> str:

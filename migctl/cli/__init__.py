@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from migctl import __version__
+from migctl.cli.agent import agent_command
+from migctl.cli.fallback import fallback_command
 from migctl.cli.output import fail
 from migctl.cli.plan import plan_command
 from migctl.cli.profiles import profiles
@@ -36,6 +38,8 @@ def version() -> None:
 
 cli.add_command(profiles)
 cli.add_command(plan_command)
+cli.add_command(agent_command)
+cli.add_command(fallback_command)
 
 
 def main() -> None:

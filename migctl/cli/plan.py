@@ -12,11 +12,12 @@ from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
-from migctl.core.catalog import load_catalog
+from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.geometry import describe
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
 from migctl.core.planner import plan as make_plan
+from migctl.core.settings import PlannerSettings
 from migctl.errors import MigctlError
 
 EXAMPLE = "cluster-snapshot.yaml"
@@ -84,10 +85,13 @@ def plan_command(
         source = "live cluster"
     snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
     result = make_plan(snapshot, settings)
+    fallback = fallback_section(objects, catalog, settings, config_file)
     if output == "json":
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), "fallback": fallback})
         return
     click.echo(render_text(result, source, len(snapshot.nodes), explain, all_nodes))
+    if fallback["nodes"] or fallback["pending_pods"]:
+        click.echo("\n" + render_fallback(fallback, explain))
 
 
 def _cfg(c: GpuConfig) -> str:
@@ -140,5 +144,53 @@ def render_text(p: Plan, source: str, n_nodes: int, explain: bool, all_nodes: bo
         f"{s.nodes_reconfigured} nodes reconfigured; {s.evictions} evictions; stranded {s.stranded_mib_before} -> "
         f"{s.stranded_mib_after} MiB (internal waste {s.internal_waste_mib}, unusable in changed GPUs "
         f"{s.unusable_mib})"
+    )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPUs without MIG: the VRAM fallback (docs/fallback.md), shown next to the MIG plan.
+
+
+def fallback_section(
+    objects: list[dict[str, Any]], catalog: Catalog, planner: PlannerSettings, config_file: Path | None
+) -> dict[str, Any]:
+    """Where migctl's fallback scheduler would put pending `schedulerName: migctl` pods, per GPU."""
+    from migctl.agent.settings import load_section
+    from migctl.core.vram_fit import report
+    from migctl.fallback.capacity import fallback_view
+    from migctl.fallback.settings import FallbackSettings
+
+    settings = load_section(config_file, "fallback", FallbackSettings)
+    view = fallback_view(objects, catalog, settings, planner)
+    return report(view.nodes, view.pods, settings.resource, settings.unit_bytes)
+
+
+def render_fallback(fb: dict[str, Any], explain: bool) -> str:
+    """The fallback part of the text plan: per node and GPU free VRAM, placements, stranded leftovers."""
+    lines = [
+        f"fallback ({fb['resource']}, GPUs without MIG): {len(fb['nodes'])} nodes, "
+        f"{fb['pending_pods']} pending schedulerName: migctl pods"
+    ]
+    by_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for p in fb["placements"]:
+        by_gpu.setdefault((p["node"], p["gpu"]), []).append(p)
+    for n in fb["nodes"]:
+        extra = f", {n['unattributed_mib']} MiB held by pods without a GPU annotation" if n["unattributed_mib"] else ""
+        lines.append(
+            f"  node {n['name']} ({n['source']}{extra})" + (f"  excluded: {n['excluded']}" if n["excluded"] else "")
+        )
+        for g in n["gpus"]:
+            stranded = f", {g['stranded_mib']} MiB stranded" if g["stranded_mib"] else ""
+            free = f"{g['free_mib']}/{g['capacity_mib']} MiB free -> {g['free_after_mib']} MiB"
+            lines.append(f"    gpu {g['index']}: {free}{stranded}")
+            for p in by_gpu.get((n["name"], g["index"]), []):
+                lines.append(f"      {p['pod']:<32} {p['request_mib']} MiB")
+    if fb["unplaced"]:
+        lines.append(f"  unplaced ({len(fb['unplaced'])}):")
+        for u in fb["unplaced"]:
+            lines.append(f"    {u['pod']}: {u['reason']}" if explain else f"    {u['pod']} ({u['request_mib']} MiB)")
+    lines.append(
+        f"  fallback summary: placed {fb['pods_placed']}/{fb['pending_pods']} pods; stranded {fb['stranded_mib']} MiB"
     )
     return "\n".join(lines)

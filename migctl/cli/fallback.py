@@ -1,0 +1,65 @@
+"""`migctl fallback`: VRAM capacity on GPUs without MIG, and the per-GPU scheduler for `schedulerName: migctl`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from migctl.agent.settings import load_section
+from migctl.cli.profiles import PROFILES_DIR_OPTION
+from migctl.config import load_config
+from migctl.core.catalog import load_catalog
+from migctl.fallback.settings import FallbackSettings
+
+
+@click.command("fallback")
+@click.option("--once", is_flag=True, help="One pass (capacity sync, placement, binding), print what it did, exit.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="migctl config file (`fallback:`).")
+@click.option("--kubeconfig", type=click.Path(path_type=Path), help="Default: in-cluster, then KUBECONFIG.")
+@click.option("--context", help="kubeconfig context.")
+@PROFILES_DIR_OPTION
+def fallback_command(
+    once: bool,
+    config_file: Path | None,
+    kubeconfig: Path | None,
+    context: str | None,
+    profiles_dirs: tuple[Path, ...],
+) -> None:
+    """Advertise VRAM on GPUs without MIG and place `schedulerName: migctl` pods on one GPU each."""
+    from migctl.adapters.kube import api_client
+    from migctl.fallback.scheduler import FallbackScheduler
+
+    settings = load_section(config_file, "fallback", FallbackSettings)
+    planner = load_config(config_file).planner if config_file else None
+    catalog = load_catalog(profiles_dirs)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    scheduler = FallbackScheduler(
+        api_client(str(kubeconfig) if kubeconfig else None, context), catalog, settings, planner
+    )
+    if once:
+        result = scheduler.run_once()
+        click.echo(
+            json.dumps(
+                {
+                    "bound": [{"pod": p.pod, "node": p.node, "gpu": p.gpu, "uuid": p.uuid} for p in result.bound],
+                    "unplaced": result.unplaced,
+                    "capacity_changes": result.capacity_changes,
+                },
+                indent=2,
+            )
+        )
+        return
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    scheduler.serve(stop)

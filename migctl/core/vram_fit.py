@@ -1,0 +1,233 @@
+"""Per-GPU best fit of VRAM requests on GPUs without MIG (the fallback), and its report for `migctl plan`.
+
+A node-level VRAM count lets the default scheduler bind a pod to a node whose free VRAM is split across GPUs,
+and nothing then tells the container which GPU to use. migctl places pods that opt in (`schedulerName:
+migctl`) itself: each pod goes to the single GPU whose free VRAM fits it most tightly (gpushare's best fit),
+on a node that passes the planner's constraints (selectors, affinity, taints, CPU, memory, pod slots).
+
+Everything is counted in units of the advertised resource (bytes by default), exactly as the pods request it
+and the kube-scheduler accounts it, so rounding never disagrees between here and the node's capacity.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from migctl.core.cluster import Node, Pod, Resources
+from migctl.core.placement import static_misfit, tally
+
+GPU_INDEX_ANNOTATION = "migctl.io/gpu-index"
+GPU_UUID_ANNOTATION = "migctl.io/gpu-uuid"
+VISIBLE_DEVICES_ANNOTATION = "migctl.io/visible-devices"  # UUID when known, else index: for NVIDIA_VISIBLE_DEVICES
+MIB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class VramGpu:
+    """One GPU without MIG: its capacity and the units attributed to pods placed on it (pod annotations)."""
+
+    index: int
+    uuid: str | None
+    capacity: int
+    used: int = 0
+
+
+@dataclass(frozen=True)
+class VramNode:
+    """A node as the fallback sees it; `reason` non-empty means migctl must not place pods there."""
+
+    node: Node
+    gpus: tuple[VramGpu, ...]
+    unattributed: int = 0  # units held by pods without a GPU annotation: they may sit on any GPU
+    source: str = ""  # "agent" (NVML) or "gfd" (labels)
+    reason: str = ""
+
+    def free(self, gpu: VramGpu) -> int:
+        return max(0, gpu.capacity - gpu.used - self.unattributed)
+
+
+@dataclass(frozen=True)
+class VramPod:
+    pod: Pod
+    units: int  # the pod's effective request of the VRAM resource
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class VramPlacement:
+    pod: str
+    node: str
+    gpu: int
+    uuid: str | None
+    units: int
+    free_after: int
+
+
+@dataclass(frozen=True)
+class VramUnplaced:
+    pod: str
+    units: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class VramFit:
+    placements: tuple[VramPlacement, ...]
+    unplaced: tuple[VramUnplaced, ...]
+    free_after: dict[tuple[str, int], int] = field(default_factory=dict)  # (node, gpu) -> units
+
+
+def human(units: int, unit_bytes: int) -> str:
+    """`12 GiB`, `512 MiB`, `1.5 GiB`: readable in events and plan output."""
+    b = units * unit_bytes
+    if b >= 2**30:
+        gib = b / 2**30
+        return f"{gib:.0f} GiB" if gib == int(gib) else f"{gib:.2f} GiB"
+    return f"{b / MIB:.0f} MiB" if b % MIB == 0 else f"{b} bytes"
+
+
+def _order(p: VramPod) -> tuple[int, int, str, str]:
+    return (-p.pod.priority, -p.units, p.pod.created, p.pod.key)
+
+
+def fit(nodes: Sequence[VramNode], pods: Sequence[VramPod], unit_bytes: int = 1) -> VramFit:
+    """Place pods (highest priority, then largest, first) on the GPU that leaves the least free VRAM."""
+    free = {(n.node.name, g.index): n.free(g) for n in nodes for g in n.gpus}
+    node_free = {n.node.name: n.node.free for n in nodes}
+    placements: list[VramPlacement] = []
+    unplaced: list[VramUnplaced] = []
+    for vp in sorted(pods, key=_order):
+        pod = vp.pod
+        if vp.units <= 0:
+            unplaced.append(VramUnplaced(pod.key, vp.units, "requests no VRAM: add the VRAM resource to its limits"))
+            continue
+        best: tuple[int, str, int, VramNode, VramGpu] | None = None
+        for n in nodes:
+            if n.reason or static_misfit(pod, n.node) is not None:
+                continue
+            if not pod.requests.fits_in(node_free[n.node.name]):
+                continue
+            for g in n.gpus:
+                left = free[(n.node.name, g.index)] - vp.units
+                if left >= 0 and (best is None or (left, n.node.name, g.index) < best[:3]):
+                    best = (left, n.node.name, g.index, n, g)
+        if best is None:
+            unplaced.append(VramUnplaced(pod.key, vp.units, why_unplaced(vp, nodes, free, node_free, unit_bytes)))
+            continue
+        left, name, index, n, g = best
+        free[(name, index)] = left
+        node_free[name] = node_free[name] - pod.requests
+        placements.append(VramPlacement(pod.key, name, index, g.uuid, vp.units, left))
+    return VramFit(tuple(placements), tuple(unplaced), free)
+
+
+def why_unplaced(
+    vp: VramPod,
+    nodes: Sequence[VramNode],
+    free: dict[tuple[str, int], int],
+    node_free: dict[str, Resources],
+    unit_bytes: int,
+) -> str:
+    """The scheduler-style explanation, ending with the per-GPU fact that matters: no single GPU has room."""
+    pod, want = vp.pod, human(vp.units, unit_bytes)
+    if not nodes:
+        return f"no GPU node without MIG advertises VRAM; the pod asks for {want} on one GPU"
+    reasons: Counter[str] = Counter()
+    eligible: list[VramNode] = []
+    for n in nodes:
+        misfit = n.reason or static_misfit(pod, n.node)
+        if misfit:
+            reasons[misfit] += 1
+        elif not pod.requests.fits_in(node_free[n.node.name]):
+            reasons["insufficient CPU, memory or pod slots"] += 1
+        else:
+            eligible.append(n)
+    head = tally(reasons, len(nodes))
+    if not eligible:
+        return f"{head}; the pod asks for {want} of VRAM on one GPU"
+    largest = min(  # the most free VRAM on one GPU; ties go to the first node and GPU
+        ((free[(n.node.name, g.index)], n.node.name, g.index) for n in eligible for g in n.gpus),
+        key=lambda t: (-t[0], t[1], t[2]),
+        default=None,
+    )
+    split = [
+        (sum(free[(n.node.name, g.index)] for g in n.gpus), n.node.name, len(n.gpus))
+        for n in eligible
+        if sum(free[(n.node.name, g.index)] for g in n.gpus) >= vp.units
+    ]
+    msg = f"{head}; no single GPU has {want} of VRAM free"
+    if largest is not None:
+        msg += f" (largest free on one GPU: {human(largest[0], unit_bytes)} on {largest[1]} GPU {largest[2]})"
+    if split:
+        total, name, count = max(split)
+        msg += f"; {name} has {human(total, unit_bytes)} free in total but split across {count} GPUs"
+    return msg
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Report for `migctl plan` (the `fallback` key of the JSON plan; docs/plan-format.md).
+
+
+def report(nodes: Sequence[VramNode], pods: Sequence[VramPod], resource: str, unit_bytes: int) -> dict[str, Any]:
+    """Per fallback node and GPU: capacity, free before and after placing the pending pods, and stranded VRAM.
+
+    Stranded: VRAM left free on a GPU (after placement) that is smaller than the smallest pending request, so
+    no pending pod can use it although the node's total might suggest otherwise.
+    """
+    result = fit(nodes, pods, unit_bytes)
+    smallest = min((p.units for p in pods if p.units > 0), default=None)
+
+    def mib(units: int) -> int:
+        return units * unit_bytes // MIB
+
+    out_nodes = []
+    stranded_total = 0
+    for n in sorted(nodes, key=lambda n: n.node.name):
+        gpus = []
+        for g in n.gpus:
+            after = result.free_after.get((n.node.name, g.index), n.free(g))
+            stranded = after if (smallest is not None and 0 < after < smallest and not n.reason) else 0
+            stranded_total += stranded
+            gpus.append(
+                {
+                    "index": g.index,
+                    "uuid": g.uuid,
+                    "capacity_mib": mib(g.capacity),
+                    "used_mib": mib(g.used),
+                    "free_mib": mib(n.free(g)),
+                    "free_after_mib": mib(after),
+                    "stranded_mib": mib(stranded),
+                }
+            )
+        out_nodes.append(
+            {
+                "name": n.node.name,
+                "source": n.source,
+                "unattributed_mib": mib(n.unattributed),
+                "excluded": n.reason or None,
+                "gpus": gpus,
+            }
+        )
+    return {
+        "resource": resource,
+        "unit_bytes": unit_bytes,
+        "pending_pods": len(pods),
+        "pods_placed": len(result.placements),
+        "stranded_mib": mib(stranded_total),
+        "nodes": out_nodes,
+        "placements": [
+            {
+                "pod": p.pod,
+                "node": p.node,
+                "gpu": p.gpu,
+                "uuid": p.uuid,
+                "request_mib": mib(p.units),
+                "free_after_mib": mib(p.free_after),
+            }
+            for p in result.placements
+        ],
+        "unplaced": [{"pod": u.pod, "request_mib": mib(u.units), "reason": u.reason} for u in result.unplaced],
+    }

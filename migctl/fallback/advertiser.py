@@ -1,0 +1,68 @@
+"""Keep the VRAM extended resource in each fallback node's status capacity/allocatable.
+
+The documented way to advertise a node-level extended resource without a device plugin: a JSON patch on
+`/api/v1/nodes/<node>/status`. migctl owns the configured resource name: it adds or updates it where a node has
+GPUs without MIG and removes it where none is left (for example when a GPU turns MIG on).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from migctl.core.catalog import Catalog
+from migctl.fallback.capacity import node_gpus, node_units
+from migctl.fallback.settings import FallbackSettings
+
+log = logging.getLogger(__name__)
+
+
+def _pointer(resource: str) -> str:
+    """RFC 6901 escaping: `migctl.io/vram` -> `migctl.io~1vram`."""
+    return resource.replace("~", "~0").replace("/", "~1")
+
+
+def capacity_patch(status: Mapping[str, Any], resource: str, desired: int | None) -> list[dict[str, Any]]:
+    """JSON-patch operations that bring capacity and allocatable to `desired` (None: absent); [] when in sync."""
+    ops: list[dict[str, Any]] = []
+    for part in ("capacity", "allocatable"):
+        current = (status.get(part) or {}).get(resource)
+        path = f"/status/{part}/{_pointer(resource)}"
+        if desired is None:
+            if current is not None:
+                ops.append({"op": "remove", "path": path})
+        elif current != str(desired):
+            if status.get(part) is None:
+                ops.append({"op": "add", "path": f"/status/{part}", "value": {}})
+            ops.append({"op": "add", "path": path, "value": str(desired)})
+    return ops
+
+
+class Advertiser:
+    """One `sync()` per resync: compares each GPU node's advertised VRAM with its hardware and patches the gap."""
+
+    def __init__(self, core: client.CoreV1Api, catalog: Catalog, settings: FallbackSettings | None = None) -> None:
+        self.core = core
+        self.catalog = catalog
+        self.settings = settings or FallbackSettings()
+
+    def sync(self, nodes: Iterable[Mapping[str, Any]]) -> dict[str, int | None]:
+        """Patch nodes whose advertised VRAM is off; returns node -> units written (None: removed)."""
+        changed: dict[str, int | None] = {}
+        for node in nodes:
+            name = str((node.get("metadata") or {}).get("name") or "")
+            gpus = node_gpus(node, self.catalog)
+            desired = node_units(gpus, self.settings) if gpus is not None else None
+            ops = capacity_patch(node.get("status") or {}, self.settings.resource, desired)
+            if not ops:
+                continue
+            self.core.patch_node_status(name, ops)
+            changed[name] = desired
+            if desired is None:
+                log.info("node %s: removed %s (no GPU without MIG left)", name, self.settings.resource)
+            else:
+                log.info("node %s: %s = %d (%s)", name, self.settings.resource, desired, gpus.source if gpus else "")
+        return changed

@@ -1,0 +1,220 @@
+"""VRAM capacity of GPUs without MIG, and the fallback's view of the cluster, from plain Kubernetes objects.
+
+Per GPU: real memory (NVML through the agent's `migctl.io/gpus` annotation; else GFD's `nvidia.com/gpu.memory`;
+else the catalog's prior) minus a per-GPU reserve, floored to whole units. The node advertises the sum of its
+GPUs' units, so the default scheduler's node-level accounting and migctl's per-GPU accounting use the same
+numbers. A GPU with MIG on (or switching to it) contributes nothing: MIG instances are served by MIG planning.
+
+Without the agent, per-GPU MIG state is only known when no GPU of the node has MIG on (GFD and the device plugin
+report node totals), so a node with some MIG GPUs needs the agent to get fallback capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from migctl.adapters.objects import (
+    GFD_COUNT,
+    GFD_MEMORY,
+    GFD_PRODUCT,
+    TERMINAL,
+    pod_from_object,
+    snapshot_from_objects,
+)
+from migctl.core.catalog import Catalog
+from migctl.core.demand import effective_requests
+from migctl.core.inventory import INVENTORY_ANNOTATION, parse_inventory
+from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from migctl.core.quantity import MIB, parse_quantity
+from migctl.core.settings import PlannerSettings
+from migctl.core.vram_fit import GPU_INDEX_ANNOTATION, VramGpu, VramNode, VramPod
+from migctl.errors import InputError
+from migctl.fallback.settings import FallbackSettings
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    index: int
+    uuid: str | None
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """A node's GPUs eligible for the fallback; `reason` says why there are none when it is a GPU node."""
+
+    gpus: tuple[GpuMemory, ...] = ()
+    source: str = ""
+    reason: str = ""
+
+
+def gpu_units(memory_mib: int, reserve_mib: int, unit_bytes: int) -> int:
+    """Whole units of one GPU's VRAM after the reserve (never negative)."""
+    return max(0, (memory_mib - reserve_mib) * MIB // unit_bytes)
+
+
+def node_units(gpus: NodeGpus, settings: FallbackSettings) -> int | None:
+    """What the node advertises: the sum of its GPUs' units, or None (no resource) when it has no such GPU."""
+    if not gpus.gpus:
+        return None
+    return sum(gpu_units(g.memory_mib, settings.reserve_mib_per_gpu, settings.unit_bytes) for g in gpus.gpus)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata") or {}
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
+    """Eligible GPUs of a Node object; None when it is not a GPU node at all."""
+    meta = _meta(node)
+    name = str(meta.get("name") or "")
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    raw = (meta.get("annotations") or {}).get(INVENTORY_ANNOTATION)
+    if raw:
+        try:
+            inv = parse_inventory(str(raw), name)
+        except InputError as e:
+            return NodeGpus(source="agent", reason=f"unreadable inventory: {e}")
+        gpus = tuple(GpuMemory(g.index, g.uuid, g.memory_mib) for g in inv.gpus if not (g.mig_enabled or g.mig_pending))
+        if inv.gpus and not gpus:
+            return NodeGpus(source="agent", reason="every GPU has MIG on (or pending)")
+        return NodeGpus(gpus, "agent") if inv.gpus else None
+    product = labels.get(GFD_PRODUCT, "")
+    if not product:
+        return None
+    count = labels.get(GFD_COUNT, "")
+    if not count.isdigit() or int(count) == 0:
+        return NodeGpus(source="gfd", reason=f"no usable {GFD_COUNT} label")
+    model, card = catalog.match_product(product), catalog.match_card(product)
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    mig_on = any(
+        k.startswith("nvidia.com/mig-") and k.endswith(".count") and v.isdigit() and int(v) > 0
+        for k, v in labels.items()
+    ) or any(k.startswith(RESOURCE_PREFIX) and str(v).isdigit() and int(str(v)) > 0 for k, v in alloc.items())
+    if mig_on:
+        return NodeGpus(source="gfd", reason="some GPUs have MIG on; per-GPU MIG state needs the node agent")
+    memory = labels.get(GFD_MEMORY, "")
+    if memory.isdigit() and int(memory) > 0:
+        mib = int(memory)
+    elif card is not None or model is not None:
+        mib = card.memory_mib if card is not None else model.memory_mib  # type: ignore[union-attr]
+    else:
+        return NodeGpus(source="gfd", reason=f"GPU product {product!r} has no {GFD_MEMORY} label and no catalog entry")
+    return NodeGpus(tuple(GpuMemory(i, None, mib) for i in range(int(count))), "gfd")
+
+
+def vram_units(obj: Mapping[str, Any], resource: str) -> int:
+    """A pod's effective request of `resource` (what the kube-scheduler accounts), in whole units."""
+    spec = obj.get("spec") or {}
+
+    def requests(c: Mapping[str, Any]) -> dict[str, Decimal]:
+        res = c.get("resources") or {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        return {k: parse_quantity(v) for k, v in merged.items() if k == resource}
+
+    eff = effective_requests(
+        [requests(c) for c in spec.get("containers") or []],
+        [(requests(c), c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or []],
+        {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items() if k == resource},
+    )
+    return math.ceil(eff.get(resource, Decimal(0)))
+
+
+@dataclass
+class FallbackView:
+    nodes: list[VramNode] = field(default_factory=list)
+    pods: list[VramPod] = field(default_factory=list)
+    capacity: dict[str, int | None] = field(default_factory=dict)  # node -> units to advertise (None: remove)
+    warnings: list[str] = field(default_factory=list)
+
+
+def fallback_view(
+    objects: Iterable[Mapping[str, Any]],
+    catalog: Catalog,
+    settings: FallbackSettings | None = None,
+    planner: PlannerSettings | None = None,
+) -> FallbackView:
+    """Fallback nodes (GPUs, per-GPU use from pod annotations) and the pending pods migctl must place."""
+    settings = settings or FallbackSettings()
+    planner = planner or PlannerSettings()
+    objs = list(objects)
+    snapshot = snapshot_from_objects(objs, catalog, planner, source="fallback")
+    by_name = {n.name: n for n in snapshot.nodes}
+    view = FallbackView(warnings=list(snapshot.warnings))
+    bound: dict[str, list[Mapping[str, Any]]] = {}
+    for obj in objs:
+        if obj.get("kind") != "Pod" or _meta(obj).get("deletionTimestamp"):
+            continue
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if status.get("phase") in TERMINAL:
+            continue
+        if spec.get("nodeName"):
+            bound.setdefault(str(spec["nodeName"]), []).append(obj)
+        elif spec.get("schedulerName") == settings.scheduler_name:
+            key = f"{_meta(obj).get('namespace') or 'default'}/{_meta(obj).get('name')}"
+            try:
+                pod = pod_from_object(obj, planner)
+                units = vram_units(obj, settings.resource)
+            except (ValueError, KeyError, TypeError) as e:
+                view.warnings.append(f"pod {key}: invalid spec: {e}")
+                continue
+            view.pods.append(VramPod(pod, units, str(_meta(obj).get("uid") or "")))
+    for obj in objs:
+        if obj.get("kind") != "Node":
+            continue
+        name = str(_meta(obj).get("name") or "")
+        gpus = node_gpus(obj, catalog)
+        if gpus is None:
+            continue
+        view.capacity[name] = node_units(gpus, settings)
+        if not gpus.gpus:
+            if gpus.reason.startswith("unreadable"):
+                view.warnings.append(f"node {name}: {gpus.reason}")
+            continue  # MIG nodes belong to MIG planning; only nodes with a GPU without MIG are fallback nodes
+        node = by_name.get(name)
+        if node is None:
+            continue  # the snapshot already warned why (unknown product, unreadable status)
+        view.nodes.append(_vram_node(node, gpus, bound.get(name, []), settings))
+    return view
+
+
+def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], settings: FallbackSettings) -> VramNode:
+    used: dict[int, int] = {}
+    unattributed = 0
+    reason = gpus.reason
+    indices = {g.index for g in gpus.gpus}
+    for obj in pods:
+        limits = [
+            k
+            for c in (obj.get("spec") or {}).get("containers") or []
+            for k in {**((c.get("resources") or {}).get("limits") or {})}
+        ]
+        if not reason and any(k == WHOLE_GPU_RESOURCE or k.startswith(RESOURCE_PREFIX) for k in limits):
+            reason = "runs pods that request nvidia.com GPUs: which GPUs they hold is unknown"
+        try:
+            units = vram_units(obj, settings.resource)
+        except ValueError:
+            continue
+        if units <= 0:
+            continue
+        raw = str(((_meta(obj).get("annotations") or {}).get(GPU_INDEX_ANNOTATION)) or "")
+        if raw.isdigit() and int(raw) in indices:
+            used[int(raw)] = used.get(int(raw), 0) + units
+        else:
+            unattributed += units
+    vgpus = tuple(
+        VramGpu(
+            g.index,
+            g.uuid,
+            gpu_units(g.memory_mib, settings.reserve_mib_per_gpu, settings.unit_bytes),
+            used.get(g.index, 0),
+        )
+        for g in gpus.gpus
+    )
+    return VramNode(node, vgpus, unattributed, gpus.source, reason)
