@@ -1,14 +1,160 @@
-"""migctl's one configuration model (YAML file, `--config`), validated with errors that name the field."""
+"""migctl's one configuration model (YAML file, `--config`, plus `MIGCTL_*` environment overrides).
+
+Validation errors name the file (or the environment variable) and the field path, so a bad setting fails at
+start with the exact field. Environment overrides use `MIGCTL_<SECTION>__<FIELD>` (double underscore between
+levels, case-insensitive), e.g. `MIGCTL_CONTROLLER__DRY_RUN=true` or
+`MIGCTL_CONTROLLER__LEADER_ELECTION__LEASE_NAME=migctl-b`; values are read as YAML scalars (`true`, `5`, `1.5`),
+and they win over the file. (pydantic-settings is not a dependency; this small reader does the same job.)
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError, from_validation_error
+
+ENV_PREFIX = "MIGCTL_"
+
+
+class LeaderElectionSettings(BaseModel):
+    """A coordination.k8s.io/v1 Lease decides which replica acts; the others only watch and serve metrics."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="Run two replicas safely. Off only for a single replica you trust.")
+    lease_name: str = Field("migctl", description="Lease object name; replicas sharing it elect one leader.")
+    lease_namespace: str = Field("gpu-operator", description="Namespace of the Lease.")
+    lease_duration_s: float = Field(
+        15.0, gt=0, description="A follower takes over when the leader has not renewed for this long (failover time)."
+    )
+    renew_deadline_s: float = Field(
+        10.0, gt=0, description="A leader that cannot renew for this long stops acting (must be < lease duration)."
+    )
+    retry_period_s: float = Field(2.0, gt=0, description="How often to try to acquire or renew the Lease.")
+    identity: str = Field("", description="This replica's holder identity; empty: hostname and process id.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                "need retry_period_s < renew_deadline_s < lease_duration_s, so an old leader stops acting before "
+                "a new one can take over"
+            )
+        return self
+
+
+class ControllerSettings(BaseModel):
+    """How `migctl run` behaves on a live cluster. Every default is the safe one (docs/operations.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # -- where migctl writes -------------------------------------------------------------------------------
+    configmap_name: str = Field(
+        "migctl-mig-parted-config",
+        description="migctl's own mig-parted ConfigMap (point the GPU Operator's migManager.config.name at it). "
+        "Created on first use with the configs of gpu_operator.configmap_name, so existing labels still resolve.",
+    )
+    configmap_namespace: str = Field("gpu-operator", description="Namespace of migctl's ConfigMap.")
+    node_selector: str = Field(
+        "", description="Label selector limiting the nodes migctl manages (e.g. a GPU pool); empty: every node."
+    )
+
+    # -- loop ----------------------------------------------------------------------------------------------
+    resync_interval_s: float = Field(
+        30.0, gt=0, description="Full reconcile at least this often, even without watch events (nothing is missed)."
+    )
+    debounce_s: float = Field(
+        2.0, ge=0, description="Delay after a relevant watch event, so a burst of events gives one reconcile."
+    )
+    batch_stable_s: float = Field(
+        10.0, ge=0, description="Act once pending demand has been unchanged this long: a burst is planned together."
+    )
+    batch_max_s: float = Field(
+        60.0, ge=0, description="...or at the latest this long after demand first appeared, even if it keeps moving."
+    )
+    poll_interval_s: float = Field(
+        2.0, gt=0, description="How often a reconfiguring node is re-read while waiting (evictions, mig-manager)."
+    )
+    watch_timeout_s: float = Field(
+        300.0, gt=0, description="Server-side watch timeout; watches restart from the last resourceVersion."
+    )
+    settle_s: float = Field(
+        120.0,
+        ge=0,
+        description="Pods a reconfiguration was for stay out of planning this long after it ends, so they are not "
+        "planned again elsewhere while kube-scheduler binds them.",
+    )
+
+    # -- guard rails ---------------------------------------------------------------------------------------
+    max_concurrent_nodes: int = Field(
+        1, ge=1, description="Nodes reconfiguring at once. 1: a bad layout or a bug hurts one node at a time."
+    )
+    cooldown_s: float = Field(
+        300.0, ge=0, description="Minimum gap between the end of one attempt on a node and the start of the next."
+    )
+    min_dwell_s: float = Field(
+        900.0, ge=0, description="A layout migctl applied is kept at least this long (no flapping between layouts)."
+    )
+    failure_backoff_s: float = Field(
+        600.0, ge=0, description="After a failed attempt the node is left alone this long, doubling per failure."
+    )
+    failure_backoff_max_s: float = Field(21600.0, ge=0, description="Cap of the doubling failure backoff (6 h).")
+    max_evictions_per_hour: int = Field(
+        10, ge=0, description="Evictions migctl may start in any rolling hour (only with planner.evictions set)."
+    )
+    eviction_timeout_s: float = Field(
+        300.0, gt=0, description="Evictions refused (429, PDB) or pods not gone after this long: roll the node back."
+    )
+    mig_manager_timeout_s: float = Field(
+        900.0,
+        gt=0,
+        description="Wait this long for nvidia.com/mig.config.state=success (mig-manager's own waits are 5 min "
+        "each); then roll back. Also bounds the rollback's own wait.",
+    )
+    verify_timeout_s: float = Field(
+        300.0, gt=0, description="After success, wait this long for allocatable and GFD counts to match the layout."
+    )
+    paused: bool = Field(False, description="Start no new reconfiguration (in-flight ones still finish safely).")
+    pause_annotation: str = Field(
+        "migctl.io/paused",
+        description="Runtime pause switch: this annotation set to `true` on migctl's ConfigMap pauses like `paused`.",
+    )
+    dry_run: bool = Field(False, description="Plan, log and emit Events saying what would happen; no other writes.")
+    opt_out_label: str = Field(
+        "migctl.io/exclude",
+        description="Namespaces labelled (or pods annotated) with this key = `true`: their pods are neither planned "
+        "for nor evicted. Nodes use planner.exclude_label.",
+    )
+
+    # -- API access ----------------------------------------------------------------------------------------
+    api_retry_attempts: int = Field(6, ge=1, description="Attempts for one API call on transient errors.")
+    api_retry_max_wait_s: float = Field(8.0, gt=0, description="Cap of the jittered exponential retry backoff.")
+    api_timeout_s: float = Field(30.0, gt=0, description="Client-side timeout of one API request.")
+
+    # -- observability -------------------------------------------------------------------------------------
+    metrics_port: int | None = Field(
+        8080, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0: any free port; null: off)."
+    )
+    metrics_address: str = Field("0.0.0.0", description="Address the metrics server binds.")
+    log_format: Literal["text", "json"] = Field("text", description="`json`: one JSON object per line.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Root log level.")
+
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+
+    @model_validator(mode="after")
+    def _windows(self) -> ControllerSettings:
+        if self.batch_max_s < self.batch_stable_s:
+            raise ValueError("batch_max_s must be >= batch_stable_s")
+        if self.failure_backoff_max_s < self.failure_backoff_s:
+            raise ValueError("failure_backoff_max_s must be >= failure_backoff_s")
+        return self
 
 
 class Config(BaseModel):
@@ -18,22 +164,68 @@ class Config(BaseModel):
 
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     gpu_operator: GpuOperatorSettings = Field(default_factory=GpuOperatorSettings)
+    controller: ControllerSettings = Field(default_factory=ControllerSettings)
     profiles_dirs: list[Path] = Field(default_factory=list, description="Extra catalog directories.")
 
 
-def load_config(path: Path | None) -> Config:
-    """The config at `path`, or the defaults when no file is given."""
-    if path is None:
-        return Config()
+def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """Nested settings from `MIGCTL_<SECTION>__<FIELD>` variables, and the variable names used."""
+    out: dict[str, Any] = {}
+    used: list[str] = []
+    for key in sorted(environ):
+        if not key.upper().startswith(ENV_PREFIX) or "__" not in key:
+            continue
+        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
+        if not all(parts):
+            continue
+        raw = environ[key]
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, dict | list):
+            value = raw  # only scalars: a value is one field, never a structure
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[parts[-1]] = value
+            used.append(key)
+    return out, used
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(merged.get(k), dict):
+            merged[k] = _merge(merged[k], v)
+        else:
+            merged[k] = v
+    return merged
+
+
+def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> Config:
+    """The config at `path` (defaults when None) with `MIGCTL_*` environment overrides applied."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except OSError as e:
+            raise InputError(str(path), f"cannot read the config: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            raise InputError(str(path), f"broken YAML: {e}") from e
+        if not isinstance(loaded, dict):
+            raise InputError(
+                str(path), "expected a mapping of settings (planner:, gpu_operator:, controller:, profiles_dirs:)"
+            )
+        data = loaded
+    overrides, used = env_overrides(os.environ if environ is None else environ)
+    source = str(path) if path is not None else "configuration"
+    if used:
+        source += f" (with environment overrides {', '.join(used)})"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as e:
-        raise InputError(str(path), f"cannot read the config: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise InputError(str(path), f"broken YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise InputError(str(path), "expected a mapping of settings (planner:, gpu_operator:, profiles_dirs:)")
-    try:
-        return Config.model_validate(data)
+        return Config.model_validate(_merge(data, overrides))
     except ValidationError as e:
-        raise from_validation_error(str(path), e) from e
+        raise from_validation_error(source, e) from e

@@ -1,0 +1,142 @@
+"""migctl's own mig-parted ConfigMap: one named config per node layout, written with optimistic concurrency.
+
+The GPU Operator's mig-manager reads exactly one ConfigMap (ClusterPolicy `migManager.config.name`), so migctl
+owns one and the operator is pointed at it. On first use it is seeded with the configs of the operator's
+ConfigMap (`gpu_operator.configmap_name`), so labels such as `all-balanced` keep resolving. Config names are
+`config_name(layout)` (deterministic: the same layout always has the same name). Stale `migctl-*` configs are
+dropped when no node's label, target or rollback annotation names them any more; other configs are never
+removed. Every write is a compare-and-swap on resourceVersion; a 409 means re-read and merge again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+
+from migctl.controller.errors import ConflictError
+from migctl.controller.guards import TARGET
+from migctl.controller.kubeapi import KubeApi, Obj
+from migctl.core.migparted import CONFIG_PREFIX, MigPartedConfig, NodeConfig, entries_for, parse, render
+from migctl.core.settings import GpuOperatorSettings
+from migctl.errors import InputError
+
+log = logging.getLogger(__name__)
+MIG_CONFIG = "nvidia.com/mig.config"
+
+
+def referenced_configs(nodes: Iterable[Obj]) -> set[str]:
+    """Config names some node still needs: its label, its in-flight target, the config a rollback returns to."""
+    out: set[str] = set()
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        label = (meta.get("labels") or {}).get(MIG_CONFIG)
+        if label:
+            out.add(str(label))
+        raw = (meta.get("annotations") or {}).get(TARGET)
+        if raw:
+            try:
+                target = json.loads(raw)
+                out.update(str(target[k]) for k in ("config", "previous_config") if target.get(k))
+            except (ValueError, TypeError, AttributeError):
+                pass
+    return out
+
+
+def merged(current: MigPartedConfig | None, name: str, layout: NodeConfig, keep: set[str]) -> MigPartedConfig | None:
+    """The config file with `name` -> `layout` added and unreferenced migctl configs dropped; None: no change."""
+    if current is not None:
+        wanted = entries_for(layout)
+        existing = current.mig_configs.get(name)
+        stale = {n for n in current.mig_configs if n.startswith(CONFIG_PREFIX) and n not in keep and n != name}
+        if existing == wanted and not stale:
+            return None
+        base = MigPartedConfig(
+            version="v1", mig_configs={n: e for n, e in current.mig_configs.items() if n not in stale}
+        )
+        return render({name: layout}, base)
+    return render({name: layout})
+
+
+class ConfigMapWriter:
+    """Adds node layouts to migctl's ConfigMap (creating and seeding it when missing)."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        namespace: str,
+        name: str,
+        operator: GpuOperatorSettings,
+        referenced: Callable[[], set[str]],
+    ) -> None:
+        self.kube, self.namespace, self.name, self.operator = kube, namespace, name, operator
+        self.key = operator.configmap_key
+        self.referenced = referenced
+
+    def _parse(self, cm: Obj | None, source: str) -> MigPartedConfig | None:
+        text = ((cm or {}).get("data") or {}).get(self.key)
+        if not text:
+            return None
+        try:
+            return parse(str(text), source)
+        except InputError as e:
+            log.warning("ignoring unreadable %s: %s", source, e)
+            return None
+
+    def ensure_exists(self) -> bool:
+        """Create the ConfigMap (seeded from the operator's) if missing, so mig-manager can mount it; True if
+        it wrote. Called when a replica becomes leader, before any node is labelled with a migctl config."""
+        if self.kube.read_configmap(self.namespace, self.name) is not None:
+            return False
+        base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
+        base = self._parse(base_cm, "seed " + self.operator.configmap_name)
+        try:
+            self.kube.create_configmap(self.namespace, self._body(render({}, base)))
+        except ConflictError:
+            return False
+        log.info("created ConfigMap %s/%s (seeded from %s)", self.namespace, self.name, self.operator.configmap_name)
+        return True
+
+    def _body(self, config: MigPartedConfig) -> Obj:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "migctl"},
+            },
+            "data": {self.key: config.to_yaml()},
+        }
+
+    def ensure(self, config: str, layout: NodeConfig) -> bool:
+        """Make sure `config` is in the ConfigMap with exactly `layout`; True if it wrote."""
+        source = f"ConfigMap {self.namespace}/{self.name}[{self.key}]"
+        for _ in range(10):
+            cm = self.kube.read_configmap(self.namespace, self.name)
+            keep = self.referenced() | {config}
+            if cm is None:
+                base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
+                base = self._parse(base_cm, "seed " + self.operator.configmap_name)
+                body = self._body(render({config: layout}, base))
+                try:
+                    self.kube.create_configmap(self.namespace, body)
+                except ConflictError:
+                    continue  # created meanwhile: merge into it
+                log.info("created %s with config %s", source, config)
+                return True
+            current = self._parse(cm, source)
+            if current is None and ((cm.get("data") or {}).get(self.key)):
+                raise InputError(source, "exists but is not a valid mig-parted config; fix or delete it")
+            new_cfg = merged(current, config, layout, keep)
+            if new_cfg is None:
+                return False
+            cm["data"] = {**(cm.get("data") or {}), self.key: new_cfg.to_yaml()}
+            try:
+                self.kube.replace_configmap(self.namespace, cm)
+            except ConflictError:
+                log.info("%s changed meanwhile; merging again", source)
+                continue
+            log.info("wrote config %s into %s", config, source)
+            return True
+        raise ConflictError(f"write {source}", 409, "still conflicting after 10 attempts")

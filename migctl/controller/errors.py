@@ -1,0 +1,69 @@
+"""migctl's own error types for Kubernetes API failures: they say whether retrying can help.
+
+Transient (a retry may succeed): 409 Conflict (re-read and try again), 429 Too Many Requests (API priority and
+fairness, or a PodDisruptionBudget refusing an eviction), 5xx, 408, timeouts and broken connections.
+Permanent (retrying the same request cannot help): 400, 401, 403, 404, 422 and any other 4xx.
+"""
+
+from __future__ import annotations
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from migctl.errors import MigctlError
+
+
+class KubeError(MigctlError):
+    """A failed API call; `status` is the HTTP status (None for connection problems)."""
+
+    def __init__(self, what: str, status: int | None, reason: str) -> None:
+        self.what, self.status, self.reason = what, status, reason
+        super().__init__(f"{what}: {status or 'no response'} {reason}".strip())
+
+
+class TransientError(KubeError):
+    """Retrying may help (after a backoff, or after re-reading the object for a 409)."""
+
+
+class ConflictError(TransientError):
+    """409: the object changed since it was read (or already exists); re-read, then decide again."""
+
+
+class TooManyRequestsError(TransientError):
+    """429: throttled, or an eviction refused by a PodDisruptionBudget."""
+
+
+class PermanentError(KubeError):
+    """Retrying the same request cannot help (bad request, forbidden, not found, invalid)."""
+
+
+class NotFoundError(PermanentError):
+    """404."""
+
+
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+# What the client raises for a failed call: the API answered with an error, or the connection failed.
+API_ERRORS = (ApiException, HTTPError, OSError)
+
+
+def translate(err: BaseException, what: str) -> KubeError:
+    """Map a client exception to a KubeError subclass; `what` names the call for logs and messages."""
+    if isinstance(err, KubeError):
+        return err
+    if isinstance(err, ApiException):
+        status = int(err.status) if err.status else None
+        reason = str(err.reason or "")
+        if status is None or status == 0:
+            return TransientError(what, None, reason or "no status")
+        if status == 409:
+            return ConflictError(what, status, reason)
+        if status == 429:
+            return TooManyRequestsError(what, status, reason)
+        if status == 404:
+            return NotFoundError(what, status, reason)
+        if status >= 500 or status in TRANSIENT_STATUSES:
+            return TransientError(what, status, reason)
+        return PermanentError(what, status, reason)
+    if isinstance(err, HTTPError | OSError):
+        return TransientError(what, None, f"{type(err).__name__}: {err}")
+    raise TypeError(f"not an API error: {err!r}")

@@ -1,0 +1,81 @@
+"""Kubernetes Events (core/v1) on nodes and pods, so `kubectl describe` shows what migctl did and why.
+
+Best effort: a failed Event is logged, never fatal. Events are the one write dry-run still makes (they say what
+migctl would do). Node Events go to the `default` namespace, as the kubelet's do.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+from datetime import UTC, datetime
+
+from migctl.controller.errors import KubeError
+from migctl.controller.kubeapi import KubeApi, Obj
+
+log = logging.getLogger(__name__)
+COMPONENT = "migctl"
+
+# Reasons (docs/operations.md lists them)
+PLANNED = "MigctlPlanned"
+NOT_PLANNED = "MigctlNotPlanned"
+WOULD_RECONFIGURE = "MigctlWouldReconfigure"
+HELD = "MigctlHeld"
+RECONFIGURING = "MigctlReconfiguring"
+PHASE = "MigctlPhase"
+EVICTED = "MigctlEvicted"
+RECONFIGURED = "MigctlReconfigured"
+ROLLED_BACK = "MigctlRolledBack"
+NEEDS_ATTENTION = "MigctlNeedsAttention"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_ref(name: str, uid: str | None = None) -> Obj:
+    return {"kind": "Node", "name": name, "uid": uid or name, "apiVersion": "v1"}
+
+
+def pod_ref(key: str, uid: str | None = None) -> Obj:
+    namespace, _, name = key.partition("/")
+    ref: Obj = {"kind": "Pod", "name": name, "namespace": namespace, "apiVersion": "v1"}
+    if uid:
+        ref["uid"] = uid
+    return ref
+
+
+class EventSink:
+    """Writes Events; `sent` keeps the last few for tests and debugging."""
+
+    def __init__(self, kube: KubeApi, instance: str | None = None) -> None:
+        self.kube = kube
+        self.instance = instance or socket.gethostname()
+        self.sent: list[tuple[str, str, str]] = []  # (object, reason, message)
+
+    def emit(self, ref: Obj, reason: str, message: str, warning: bool = False) -> None:
+        namespace = ref.get("namespace") or "default"
+        now = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{ref['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT, "host": self.instance},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.instance[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        what = f"{ref['kind']} {namespace + '/' if ref['kind'] == 'Pod' else ''}{ref['name']}"
+        self.sent.append((what, reason, message))
+        del self.sent[:-500]
+        try:
+            self.kube.create_event(namespace, body)
+        except KubeError as e:
+            log.warning("could not record event %s on %s: %s", reason, what, e)

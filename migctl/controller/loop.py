@@ -1,0 +1,512 @@
+"""The controller: cache + leader election + an apscheduler loop that plans and hands nodes to the actuator.
+
+Triggers: a periodic full reconcile (`resync_interval_s`), a throttled reconcile `debounce_s` after a watch event
+that can change a plan, and a wake-up when the batching window closes. One reconcile at a time (a trigger that
+arrives meanwhile runs once more afterwards). A reconcile, on the leader only:
+  1. resumes every node with a `migctl.io/phase` annotation that no worker drives (restarts, failover) and
+     removes a migctl taint left without a phase (hand-edited nodes);
+  2. builds the snapshot from the cache, leaving out opted-out namespaces/pods and the pending pods an
+     in-flight (or just finished) reconfiguration is for, and freezes the nodes guard rails hold;
+  3. plans; once demand has settled (batching window), lets `guards.select` pick the node changes that may start
+     and starts each on its own worker thread (or, in dry run, only logs and emits Events);
+  4. publishes metrics and Events on pending pods (planned where, or why not).
+Leadership loss sets the term's stop flag: every worker stops before its next write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from kubernetes import client
+
+from migctl.adapters.objects import MIG_CONFIG, snapshot_from_objects
+from migctl.config import Config
+from migctl.controller import events as ev
+from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target
+from migctl.controller.cache import ClusterCache, fingerprint
+from migctl.controller.configmap import ConfigMapWriter, referenced_configs
+from migctl.controller.errors import KubeError
+from migctl.controller.events import EventSink
+from migctl.controller.guards import PHASE, TARGET, BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
+from migctl.controller.kubeapi import KubeApi, Obj, Stopped
+from migctl.controller.leader import LeaderElector, default_identity
+from migctl.controller.metrics import Metrics, MetricsServer
+from migctl.core.catalog import Catalog, load_catalog
+from migctl.core.cluster import Snapshot
+from migctl.core.plan import Plan
+from migctl.core.planner import plan as make_plan
+
+log = logging.getLogger(__name__)
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    return dict(obj.get("metadata") or {})
+
+
+class Controller:
+    """`migctl run` in one object: `start()`, `stop()`; tests run several in one process."""
+
+    def __init__(
+        self,
+        config: Config,
+        api_client: client.ApiClient,
+        *,
+        catalog: Catalog | None = None,
+        identity: str | None = None,
+        hook: Hook | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config, self.settings = config, config.controller
+        self.api_client = api_client
+        self.catalog = catalog or load_catalog(config.profiles_dirs)
+        self.identity = identity or self.settings.leader_election.identity or default_identity()
+        self.hook, self.clock = hook, clock
+        self.metrics = Metrics()
+        self._stop = threading.Event()
+        self.kube = KubeApi(api_client, **self._api_kwargs(), stop=self._stop)  # reads, Events, the Lease
+        self.events = EventSink(self.kube, self.identity)
+        self.ledger = EvictionLedger()
+        self.cache = ClusterCache(
+            api_client,
+            node_selector=self.settings.node_selector,
+            configmaps=[
+                (self.settings.configmap_namespace, self.settings.configmap_name),
+                (config.gpu_operator.configmap_namespace, config.gpu_operator.configmap_name),
+            ],
+            on_change=self._on_change,
+            watch_timeout_s=self.settings.watch_timeout_s,
+            stop=self._stop,
+        )
+        self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
+        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
+        self.term_stop = threading.Event()
+        self.term_stop.set()  # not leading yet
+        self.actuator: Actuator | None = None
+        self.workers: dict[str, threading.Thread] = {}
+        self.settled: dict[str, float] = {}  # pod -> until when it stays out of planning
+        self.last_plan: Plan | None = None
+        self.last_plan_id = ""
+        self.last_decisions: list[tuple[str, bool, str]] = []
+        self._pod_notes: dict[str, str] = {}
+        self._lock = threading.Lock()  # workers, settled
+        self._reconcile_lock = threading.Lock()
+        self._again = threading.Event()
+        self._leading = False
+        self.elector: LeaderElector | None = None
+        self.server: MetricsServer | None = None
+        self.reconciles = 0
+
+    def _api_kwargs(self) -> dict[str, Any]:
+        s = self.settings
+        return {"attempts": s.api_retry_attempts, "max_wait_s": s.api_retry_max_wait_s, "timeout_s": s.api_timeout_s}
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self._leading
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.server.port if self.server else None
+
+    def start(self, sync_timeout: float = 60.0) -> None:
+        if self.settings.metrics_port is not None:
+            self.server = MetricsServer(
+                self.metrics,
+                self.settings.metrics_address,
+                self.settings.metrics_port,
+                self._healthy,
+                self.cache.synced,
+            )
+            self.server.start()
+        self.cache.start()
+        if not self.cache.wait_synced(sync_timeout):
+            log.warning("caches not synced after %.0f s; continuing (readyz stays 503 until they are)", sync_timeout)
+        self.scheduler.add_job(
+            self._tick, "interval", seconds=self.settings.resync_interval_s, id="resync", max_instances=1
+        )
+        self.scheduler.start()
+        le = self.settings.leader_election
+        if le.enabled and not self.settings.dry_run:
+            self.elector = LeaderElector(self.kube, le, self.identity, self._started_leading, self._stopped_leading)
+            self.elector.start()
+        else:
+            self._started_leading()  # dry run takes no Lease: it writes nothing but Events
+
+    def stop(self, release: bool = True, join: float = 15.0) -> None:
+        """Stop acting at once, then shut everything down (`release=False` acts like a crash: Lease kept)."""
+        self.halt()
+        if self.elector is not None:
+            self.elector.stop(release=release)
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        if self.server is not None:
+            self.server.stop()
+        deadline = time.monotonic() + join
+        for t in list(self.workers.values()):
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+
+    def halt(self) -> None:
+        """Stop every write now (safe to call from a worker thread or a test hook)."""
+        self._stop.set()
+        self._stopped_leading()
+
+    def _healthy(self) -> bool:
+        return not self._stop.is_set() and self.scheduler.running
+
+    def _started_leading(self) -> None:
+        if self._stop.is_set():
+            return
+        self.term_stop = threading.Event()
+        kube = KubeApi(self.api_client, **self._api_kwargs(), stop=self.term_stop)
+        self.actuator = Actuator(
+            kube=kube,
+            config=self.config,
+            configmaps=ConfigMapWriter(
+                kube,
+                self.settings.configmap_namespace,
+                self.settings.configmap_name,
+                self.config.gpu_operator,
+                lambda: referenced_configs(kube.list_nodes()),  # fresh: the cache may lag a moment
+            ),
+            events=EventSink(kube, self.identity),
+            metrics=self.metrics,
+            ledger=self.ledger,
+            stop=self.term_stop,
+            hook=self.hook,
+            clock=self.clock,
+        )
+        if not self.settings.dry_run:
+            try:
+                self.actuator.configmaps.ensure_exists()
+            except (KubeError, Stopped) as e:
+                log.error("could not create migctl's ConfigMap (retried on the next reconcile): %s", e)
+        self._leading = True
+        self.metrics.leader.set(1)
+        log.info("acting as leader (%s)%s", self.identity, " in dry run" if self.settings.dry_run else "")
+        self.trigger(0)
+
+    def _stopped_leading(self) -> None:
+        self.term_stop.set()
+        if self._leading:
+            log.warning("not leader any more: stopped acting")
+        self._leading = False
+        self.metrics.leader.set(0)
+
+    # -- triggers ------------------------------------------------------------------------------------------
+
+    def _on_change(self, kind: str, event: str, obj: Obj) -> None:
+        if self._stop.is_set() or not self._leading:
+            return
+        if kind == "Pod":
+            spec = obj.get("spec") or {}
+            # only pending pods, pods leaving a node, and pod deletions can change a plan
+            if spec.get("nodeName") and event != "DELETED" and not _meta(obj).get("deletionTimestamp"):
+                return
+        self.trigger(self.settings.debounce_s)
+
+    def trigger(self, delay: float, job_id: str = "debounce") -> None:
+        """Reconcile after `delay` seconds; a trigger already pending is kept (a burst gives one reconcile)."""
+        if not self.scheduler.running or self._stop.is_set():
+            return
+        if job_id == "debounce" and self.scheduler.get_job(job_id) is not None:
+            return
+        run_at = datetime.now(UTC) + timedelta(seconds=delay)
+        self.scheduler.add_job(self._tick, "date", run_date=run_at, id=job_id, replace_existing=True)
+
+    def _tick(self) -> None:
+        try:
+            self.reconcile()
+        except Exception:
+            log.exception("reconcile failed; the next trigger retries")
+
+    # -- reconcile -----------------------------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        if not self._reconcile_lock.acquire(blocking=False):
+            self._again.set()
+            return
+        try:
+            while True:
+                self._again.clear()
+                self._reconcile_once()
+                if not self._again.is_set():
+                    break
+        finally:
+            self._reconcile_lock.release()
+
+    def _paused(self) -> bool:
+        if self.settings.paused:
+            return True
+        cm = self.cache.configmap(self.settings.configmap_namespace, self.settings.configmap_name)
+        return bool(cm) and _meta(cm or {}).get("annotations", {}).get(self.settings.pause_annotation) == "true"
+
+    def _reconcile_once(self) -> None:
+        if not self._leading or self._stop.is_set() or not self.cache.synced():
+            return
+        self.reconciles += 1
+        now = self.clock()
+        nodes = self.cache.nodes.items()
+        paused = self._paused()
+        self.metrics.paused.set(1 if paused else 0)
+        with self._lock:
+            self.workers = {n: t for n, t in self.workers.items() if t.is_alive()}
+            in_flight = set(self.workers)
+            self.settled = {p: until for p, until in self.settled.items() if until > now}
+            reserved = set(self.settled)
+        self.metrics.in_flight.set(len(in_flight))
+
+        # 1. resume nodes left mid-way; clean orphaned taints
+        taint = self.config.planner.reconfigure_taint
+        for node in nodes:
+            name = str(_meta(node).get("name"))
+            ann = _meta(node).get("annotations") or {}
+            if ann.get(TARGET):
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    reserved.update(json.loads(ann[TARGET]).get("pods") or ())
+            if name in in_flight or self.settings.dry_run:
+                continue
+            if ann.get(PHASE):
+                log.info("resuming node %s from phase %s", name, ann[PHASE], extra={"node": name})
+                self._spawn(name, lambda a, n=name: a.drive(n))  # type: ignore[misc]
+                in_flight.add(name)
+            elif any(t.get("key") == taint for t in (node.get("spec") or {}).get("taints") or []):
+                log.warning("node %s has %s but no phase: removing the orphaned taint", name, taint)
+                self._spawn(name, lambda a, n=name: self._untaint_orphan(a, n))  # type: ignore[misc]
+                in_flight.add(name)
+
+        # 2. snapshot, with guard-rail holds as frozen nodes
+        started = time.perf_counter()
+        snapshot, opted_out = self._snapshot(reserved)
+        records = [
+            NodeRecord.from_annotations(str(_meta(n).get("name")), _meta(n).get("annotations") or {}) for n in nodes
+        ]
+        held = holds(records, now, self.settings, in_flight)
+        snapshot = dataclasses.replace(
+            snapshot,
+            nodes=tuple(
+                dataclasses.replace(n, frozen_reason=n.frozen_reason or f"guard rail: {held[n.name]}")
+                if n.name in held
+                else n
+                for n in snapshot.nodes
+            ),
+        )
+        result = make_plan(snapshot, self.config.planner)
+        self.metrics.plan_seconds.observe(time.perf_counter() - started)
+        self.metrics.plans.inc()
+        self.last_plan = result
+        plan_id = "p" + hashlib.sha256(json.dumps(result.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        self._publish(snapshot, result)
+
+        # 3. batching window, then guard rails
+        demand = frozenset(p.key for p in snapshot.pending)
+        ready, due = self.window.observe(demand, now)
+        if ready:
+            for u in result.unplaced:
+                self._note(u.pod, ev.NOT_PLANNED, f"not planned: {u.reason}")
+        changed = [n for n in result.nodes if n.changed]
+        if not changed:
+            return
+        if not ready:
+            if due is not None:
+                self.trigger(max(0.0, due - now) + 0.01, job_id="batch")
+            log.debug("plan %s waits for the batching window (demand %d pods)", plan_id, len(demand))
+            return
+        evictions: dict[str, list[str]] = {}
+        for e in result.evictions:
+            evictions.setdefault(e.node, []).append(e.pod)
+        decisions = select(
+            [Candidate(n.name, tuple(evictions.get(n.name, ()))) for n in changed],
+            active=len(in_flight),
+            evictions_last_hour=self.ledger.count(now),
+            settings=self.settings,
+            paused=paused,
+            protected_pods=opted_out,
+        )
+        self.last_plan_id = plan_id
+        self.last_decisions = [(d.node, d.start, d.reason) for d in decisions]
+        self.metrics.held.set(sum(1 for d in decisions if not d.start))
+        cached = {str(_meta(n).get("name")): n for n in nodes}
+        by_name = {n.name: n for n in snapshot.nodes}
+        for d, node_plan in zip(decisions, changed, strict=True):
+            extra = {"plan_id": plan_id, "node": d.node, "decision": "start" if d.start else "hold"}
+            log.info("plan %s: node %s: %s", plan_id, d.node, d.reason, extra=extra)
+            self._pod_events(result, plan_id, d.node, d.start)
+            if not d.start:
+                continue
+            pods = tuple(sorted(a.pod for a in result.assignments if a.node == d.node))
+            node_obj = cached.get(d.node) or {}
+            evict = tuple(sorted(evictions.get(d.node, ())))
+            model = by_name.get(d.node)
+            keep = tuple(sorted(k for k, _, _ in (model.gpu_pods if model else ()) if k not in evict))
+            target = Target(
+                plan_id=plan_id,
+                config=node_plan.config_name or "",
+                gpus=dict(node_plan.target),
+                evict=evict,
+                keep=keep,
+                pods=pods,
+                previous_config=(_meta(node_obj).get("labels") or {}).get(MIG_CONFIG),
+                started=now,
+            )
+            layout = ", ".join(f"GPU {g.index}: {g.current} -> {g.target}" for g in node_plan.gpus if g.changed)
+            if self.settings.dry_run:
+                self.events.emit(
+                    ev.node_ref(d.node),
+                    ev.WOULD_RECONFIGURE,
+                    f"dry run, plan {plan_id}: would reconfigure ({layout}) as {target.config}"
+                    + (f", evicting {', '.join(evict)}" if evict else ""),
+                )
+                continue
+            expected = fingerprint("Node", node_obj)
+            with self._lock:
+                self.settled.update(dict.fromkeys(pods, now + 10 * 3600))  # until the worker ends
+            self._spawn(
+                d.node,
+                lambda a, n=d.node, t=target, fp=expected: a.start(  # type: ignore[misc]
+                    n, t, lambda fresh: fingerprint("Node", fresh) == fp
+                ),
+                target,
+            )
+            in_flight.add(d.node)
+        for d in decisions:
+            if not d.start and d.reason != "paused":
+                self.events.emit(ev.node_ref(d.node), ev.HELD, f"plan {plan_id}: not starting: {d.reason}")
+
+    def _snapshot(self, reserved: set[str]) -> tuple[Snapshot, set[str]]:
+        """Snapshot from the cache without opted-out and reserved pending pods; also the opted-out pod keys."""
+        key = self.settings.opt_out_label
+        ns_labels = self.cache.namespace_labels()
+        opted_ns = {ns for ns, labels in ns_labels.items() if labels.get(key) == "true"}
+        objects: list[Obj] = []
+        opted_out: set[str] = set()
+        for obj in self.cache.objects():
+            if obj.get("kind") == "Pod":
+                meta = _meta(obj)
+                pod_key = f"{meta.get('namespace')}/{meta.get('name')}"
+                pending = not (obj.get("spec") or {}).get("nodeName")
+                if meta.get("namespace") in opted_ns or (meta.get("annotations") or {}).get(key) == "true":
+                    opted_out.add(pod_key)
+                    if pending:
+                        continue
+                if pending and pod_key in reserved:
+                    continue
+            objects.append(obj)
+        snapshot = snapshot_from_objects(
+            objects, self.catalog, self.config.planner, self._operator_settings(), source="cluster cache"
+        )
+        for w in snapshot.warnings:
+            log.debug("snapshot: %s", w)
+        return snapshot, opted_out
+
+    def _operator_settings(self) -> Any:
+        """Current layouts resolve against migctl's ConfigMap once it exists (it holds the seeded configs too)."""
+        ours = self.cache.configmap(self.settings.configmap_namespace, self.settings.configmap_name)
+        if ours is None:
+            return self.config.gpu_operator
+        return self.config.gpu_operator.model_copy(
+            update={
+                "configmap_name": self.settings.configmap_name,
+                "configmap_namespace": self.settings.configmap_namespace,
+            }
+        )
+
+    # -- workers -------------------------------------------------------------------------------------------
+
+    def _spawn(self, node: str, fn: Callable[[Actuator], str], target: Target | None = None) -> None:
+        actuator = self.actuator
+        if actuator is None:
+            return
+
+        def run() -> None:
+            outcome = "aborted"
+            try:
+                outcome = fn(actuator)
+            except NodeChanged as e:
+                log.info("node %s: not started: %s; re-planning", node, e, extra={"node": node})
+            except Stopped:
+                log.info("node %s: stopped acting (leadership lost or shutting down)", node, extra={"node": node})
+            except KubeError as e:
+                log.error("node %s: API error %s; resuming on a later reconcile", node, e, extra={"node": node})
+            except Exception:
+                log.exception("node %s: actuation crashed; resuming on a later reconcile", node)
+            finally:
+                now = self.clock()
+                with self._lock:
+                    if target is not None:
+                        for p in target.pods:  # reserved while in flight; settle after success
+                            if outcome == "succeeded":
+                                self.settled[p] = now + self.settings.settle_s
+                            else:
+                                self.settled.pop(p, None)
+                    if self.workers.get(node) is threading.current_thread():
+                        del self.workers[node]
+                self.trigger(self.settings.debounce_s)
+
+        t = threading.Thread(target=run, name=f"actuate-{node}", daemon=True)
+        with self._lock:
+            self.workers[node] = t
+        t.start()
+
+    def _untaint_orphan(self, actuator: Actuator, name: str) -> str:
+        taint = self.config.planner.reconfigure_taint
+
+        def mutate(node: Obj) -> Obj | None:
+            if (_meta(node).get("annotations") or {}).get(PHASE):
+                return None  # a phase appeared: not an orphan
+            taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != taint]
+            return {"spec": {"taints": taints or None}}
+
+        actuator.kube.update_node(name, mutate, what="remove orphaned taint")
+        return "untainted"
+
+    # -- observability -------------------------------------------------------------------------------------
+
+    def _publish(self, snapshot: Snapshot, result: Plan) -> None:
+        m = self.metrics
+        m.pending_pods.set(len(snapshot.pending))
+        by_pod_model: dict[str, str] = {}
+        node_model = {n.name: (n.model.id if n.model else "card") for n in snapshot.nodes}
+        for a in result.assignments:
+            by_pod_model[a.pod] = node_model.get(a.node, "unknown")
+        demand: dict[str, float] = {}
+        need: dict[str, float] = {a.pod: a.instance_mib for a in result.assignments}
+        for pod in snapshot.pending:
+            model = by_pod_model.get(pod.key, "unplaced")
+            mib = need.get(pod.key) or sum(d.vram_mib * d.count for d in pod.gpu)
+            demand[model] = demand.get(model, 0) + mib
+        m.pending_demand.clear()
+        for model, mib in demand.items():
+            m.pending_demand.labels(model).set(mib)
+        m.stranded.set(result.summary.stranded_mib_before)
+        m.stranded_node.clear()
+        for n in result.nodes:
+            m.stranded_node.labels(n.name).set(sum(g.unusable_mib_before for g in n.gpus))
+
+    def _pod_events(self, result: Plan, plan_id: str, node: str, starting: bool) -> None:
+        """One Event per pod per change of what migctl says about it (not one per reconcile)."""
+        for a in result.assignments:
+            if a.node != node:
+                continue
+            where = f"{a.profile} on node {a.node}" + (f" GPU {a.gpu}" if a.gpu is not None else "")
+            verb = "would place" if self.settings.dry_run else ("planned" if starting else "planned (waiting)")
+            self._note(a.pod, ev.PLANNED, f"{verb}: {where} (plan {plan_id})")
+
+    def _note(self, pod: str, reason: str, message: str) -> None:
+        if self._pod_notes.get(pod) == message:
+            return
+        self._pod_notes[pod] = message
+        if len(self._pod_notes) > 20000:
+            self._pod_notes.clear()
+        self.events.emit(ev.pod_ref(pod), reason, message, warning=reason == ev.NOT_PLANNED)

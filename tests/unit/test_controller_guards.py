@@ -1,0 +1,105 @@
+"""Guard rails as pure decisions: holds before planning, select after, the batching window, the budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from migctl.config import ControllerSettings
+from migctl.controller.guards import (
+    BatchWindow,
+    Candidate,
+    EvictionLedger,
+    NodeRecord,
+    failure_backoff,
+    holds,
+    select,
+)
+
+S = ControllerSettings(cooldown_s=100, min_dwell_s=1000, failure_backoff_s=60, failure_backoff_max_s=300)
+
+
+def test_records_come_from_annotations_and_tolerate_garbage() -> None:
+    r = NodeRecord.from_annotations(
+        "n",
+        {"migctl.io/phase": "draining", "migctl.io/last-change": "12.5", "migctl.io/failures": "2",
+         "migctl.io/backoff-until": "not a number"},
+    )  # fmt: skip
+    assert (r.phase, r.last_change, r.failures, r.backoff_until) == ("draining", 12.5, 2, None)
+
+
+def test_holds_in_priority_order() -> None:
+    now = 10_000.0
+    records = [
+        NodeRecord("busy", phase="applying"),
+        NodeRecord("worker"),
+        NodeRecord("backoff", backoff_until=now + 5, failures=1, last_attempt=now - 1),
+        NodeRecord("cool", last_attempt=now - 50),
+        NodeRecord("dwell", last_attempt=now - 500, last_change=now - 500),
+        NodeRecord("free", last_attempt=now - 5000, last_change=now - 5000, backoff_until=now - 1),
+    ]
+    out = holds(records, now, S, in_flight={"worker"})
+    assert set(out) == {"busy", "worker", "backoff", "cool", "dwell"}
+    assert "phase applying" in out["busy"]
+    assert "backing off" in out["backoff"]
+    assert out["cool"].startswith("cooldown")
+    assert out["dwell"].startswith("minimum dwell")
+
+
+def test_failure_backoff_doubles_and_caps() -> None:
+    assert [failure_backoff(f, S) for f in range(5)] == [0, 60, 120, 240, 300]
+    assert failure_backoff(1000, S) == 300
+
+
+def test_select_respects_concurrency_budget_optouts_and_pause() -> None:
+    cands = [
+        Candidate("a"),
+        Candidate("b", evictions=("ns/x", "ns/y")),
+        Candidate("c", evictions=("opt/z",)),
+        Candidate("d"),
+    ]
+    settings = ControllerSettings(max_concurrent_nodes=2, max_evictions_per_hour=3)
+    out = select(cands, active=0, evictions_last_hour=2, settings=settings, paused=False, protected_pods={"opt/z"})
+    assert [(d.node, d.start) for d in out] == [("a", True), ("b", False), ("c", False), ("d", True)]
+    assert "eviction budget" in out[1].reason and "opted-out" in out[2].reason
+
+    full = select(cands[:1], active=2, evictions_last_hour=0, settings=settings, paused=False)
+    assert not full[0].start and "max_concurrent_nodes" in full[0].reason
+    paused = select(cands, active=0, evictions_last_hour=0, settings=settings, paused=True)
+    assert all(not d.start and d.reason == "paused" for d in paused)
+
+
+def test_select_default_is_one_node_at_a_time() -> None:
+    out = select([Candidate("a"), Candidate("b")], active=0, evictions_last_hour=0, settings=ControllerSettings(),
+                 paused=False)  # fmt: skip
+    assert [d.start for d in out] == [True, False]
+
+
+def test_dry_run_decision_says_so() -> None:
+    out = select([Candidate("a")], active=0, evictions_last_hour=0, settings=ControllerSettings(dry_run=True),
+                 paused=False)  # fmt: skip
+    assert out[0].start and "dry run" in out[0].reason
+
+
+def test_batch_window_waits_for_stability_but_not_forever() -> None:
+    w = BatchWindow(stable_s=10, max_s=25)
+    assert w.observe(frozenset(), 0) == (False, None)
+    assert w.observe(frozenset({"a"}), 0) == (False, 10)
+    assert w.observe(frozenset({"a", "b"}), 8) == (False, 18)  # changed: stable window restarts
+    assert w.observe(frozenset({"a", "b", "c"}), 16) == (False, 25)  # capped by max_s from first sight
+    assert w.observe(frozenset({"a", "b", "c", "d"}), 25) == (True, None)
+    assert w.observe(frozenset(), 26) == (False, None)  # empty resets
+    assert w.observe(frozenset({"e"}), 30) == (False, 40)
+
+
+@pytest.mark.parametrize(("stable", "maximum"), [(0, 0), (0, 5)])
+def test_batch_window_zero_acts_at_once(stable: float, maximum: float) -> None:
+    assert BatchWindow(stable, maximum).observe(frozenset({"a"}), 3) == (True, None)
+
+
+def test_eviction_ledger_forgets_after_an_hour() -> None:
+    led = EvictionLedger()
+    led.record(0, 2)
+    led.record(1800)
+    assert led.count(1800) == 3
+    assert led.count(3600) == 1
+    assert led.count(5401) == 0
