@@ -17,8 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from migctl.agent.settings import AgentSettings
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError, from_validation_error
+from migctl.fallback.settings import FallbackSettings
 
 ENV_PREFIX = "MIGCTL_"
 
@@ -165,6 +167,8 @@ class Config(BaseModel):
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     gpu_operator: GpuOperatorSettings = Field(default_factory=GpuOperatorSettings)
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    fallback: FallbackSettings = Field(default_factory=FallbackSettings)
     profiles_dirs: list[Path] = Field(default_factory=list, description="Extra catalog directories.")
 
 
@@ -218,7 +222,8 @@ def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> 
             raise InputError(str(path), f"broken YAML: {e}") from e
         if not isinstance(loaded, dict):
             raise InputError(
-                str(path), "expected a mapping of settings (planner:, gpu_operator:, controller:, profiles_dirs:)"
+                str(path),
+                "expected a mapping of settings (planner:, gpu_operator:, controller:, agent:, fallback:, ...)",
             )
         data = loaded
     overrides, used = env_overrides(os.environ if environ is None else environ)

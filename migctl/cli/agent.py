@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from migctl.agent.settings import AgentSettings, load_section
+from migctl.config import load_config
 from migctl.core.inventory import Inventory
 
 
@@ -40,7 +40,7 @@ def agent_command(
     from migctl.agent.nvml import NvmlError, NvmlReader
     from migctl.agent.runner import AgentRunner, serve_health
 
-    settings = load_section(config_file, "agent", AgentSettings)
+    settings = load_config(config_file).agent
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     reader = NvmlReader()
     if once and print_only:

@@ -11,11 +11,9 @@ from types import FrameType
 
 import click
 
-from migctl.agent.settings import load_section
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.core.catalog import load_catalog
-from migctl.fallback.settings import FallbackSettings
 
 
 @click.command("fallback")
@@ -35,8 +33,8 @@ def fallback_command(
     from migctl.adapters.kube import api_client
     from migctl.fallback.scheduler import FallbackScheduler
 
-    settings = load_section(config_file, "fallback", FallbackSettings)
-    planner = load_config(config_file).planner if config_file else None
+    cfg = load_config(config_file)
+    settings, planner = cfg.fallback, cfg.planner
     catalog = load_catalog(profiles_dirs)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     scheduler = FallbackScheduler(

@@ -19,6 +19,7 @@ from migctl.core.plan import Plan
 from migctl.core.planner import plan as make_plan
 from migctl.core.settings import PlannerSettings
 from migctl.errors import MigctlError
+from migctl.fallback.settings import FallbackSettings
 
 EXAMPLE = "cluster-snapshot.yaml"
 
@@ -85,7 +86,7 @@ def plan_command(
         source = "live cluster"
     snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
     result = make_plan(snapshot, settings)
-    fallback = fallback_section(objects, catalog, settings, config_file)
+    fallback = fallback_section(objects, catalog, settings, cfg.fallback)
     if output == "json":
         emit_json({**result.to_dict(), "fallback": fallback})
         return
@@ -153,15 +154,12 @@ def render_text(p: Plan, source: str, n_nodes: int, explain: bool, all_nodes: bo
 
 
 def fallback_section(
-    objects: list[dict[str, Any]], catalog: Catalog, planner: PlannerSettings, config_file: Path | None
+    objects: list[dict[str, Any]], catalog: Catalog, planner: PlannerSettings, settings: FallbackSettings
 ) -> dict[str, Any]:
     """Where migctl's fallback scheduler would put pending `schedulerName: migctl` pods, per GPU."""
-    from migctl.agent.settings import load_section
     from migctl.core.vram_fit import report
     from migctl.fallback.capacity import fallback_view
-    from migctl.fallback.settings import FallbackSettings
 
-    settings = load_section(config_file, "fallback", FallbackSettings)
     view = fallback_view(objects, catalog, settings, planner)
     return report(view.nodes, view.pods, settings.resource, settings.unit_bytes)
 
