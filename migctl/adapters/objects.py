@@ -30,6 +30,9 @@ from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.core.vram_fit import GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler before binding
 from migctl.errors import InputError
 
+# libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_COUNT = "nvidia.com/gpu.count"
 GFD_MEMORY = "nvidia.com/gpu.memory"
@@ -54,7 +57,7 @@ def load_objects(path: Path) -> list[dict[str, Any]]:
     except OSError as e:
         raise InputError(str(path), f"cannot read the snapshot: {e.strerror}") from e
     try:
-        docs = [json.loads(text)] if text.lstrip().startswith("{") else list(yaml.safe_load_all(text))
+        docs = [json.loads(text)] if text.lstrip().startswith("{") else list(yaml.load_all(text, Loader=_LOADER))
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise InputError(str(path), f"not valid YAML or JSON ({e}); expected the output of kubectl get -o yaml") from e
     items: list[dict[str, Any]] = []

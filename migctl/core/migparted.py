@@ -21,6 +21,9 @@ from migctl.core.geometry import CanonicalLayout, canonical, describe
 from migctl.core.naming import parse_profile_name
 from migctl.errors import InputError, from_validation_error
 
+# libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 CONFIG_PREFIX = "migctl-"
 
 
@@ -106,7 +109,7 @@ class MigPartedConfig(BaseModel):
 def parse(text: str, source: str) -> MigPartedConfig:
     """Parse a mig-parted config; errors name the source, the config name and the field."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as e:
         raise InputError(source, f"broken YAML: {e}; expected a mig-parted config (version: v1)") from e
     if not isinstance(data, dict):

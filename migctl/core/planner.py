@@ -31,12 +31,14 @@ from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical, geom
 from migctl.core.migparted import GpuConfig
 from migctl.core.placement import signature, static_misfit, tally
 from migctl.core.plan import Assignment, Eviction, GpuPlan, NodePlan, Plan, Summary, Unplaced
+from migctl.core.repack import repack
 from migctl.core.settings import PlannerSettings
 
 Layout = CanonicalLayout
-# (strategy preference, stranded MiB, evictions, GPUs reconfigured, nodes touched, -usefulness of what stays free)
-Cost = tuple[int, int, int, int, int, int]
-STRATEGIES = ("stranded-first", "existing-first", "no-changes")
+# (strategy preference, scarce-kind use, stranded MiB, evictions, GPUs reconfigured, nodes touched,
+#  -usefulness of what stays free)
+Cost = tuple[int, int, int, int, int, int, int]
+STRATEGIES = ("stranded-first", "pressure-first", "existing-first", "no-changes")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -112,6 +114,8 @@ class _Slot:
     changed: bool = False
     key: int | None = None  # id of its state (`_bkey`) in the views; None when not listed
     version: int = 0
+    requests: list[tuple[GpuDemand, int | None, int]] = field(default_factory=list)  # + assignment index
+    locked: bool = False  # serves part of a multi-instance pod: never repacked
 
 
 def _bkey(slot: _Slot) -> tuple[object, ...]:
@@ -173,6 +177,11 @@ class Planner:
         self.grow_memo: dict[int, bool] = {}
         self.unit_memo: dict[tuple[int, int], _Candidate | None] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
+        self.repack_memo: dict[tuple[object, ...], tuple[Layout, list[str], int] | None] = {}
+        self.pod_kinds: dict[str, int] = {}
+        self.rigid_kind: dict[str, str] = {}
+        self.rigid_left: Counter[str] = Counter()  # MiB still needed by pods that fit only this kind
+        self.cap_left: Counter[str] = Counter()  # MiB this kind can still offer (idle GPUs, free instances)
         self.assignments: list[Assignment] = []
         self.evictions: list[Eviction] = []
         self._build()
@@ -369,7 +378,7 @@ class Planner:
     def _cost(self, pod: Pod, demand: GpuDemand, mib: int, opt: _Option) -> Cost:
         waste = mib - need_mib(demand, mib, pod.need_mib)
         prefer = 1 if opt.reconfigure and self.strategy == "existing-first" else 0
-        return (prefer, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
+        return (prefer, 0, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
 
     def _reconf_unit(self, pod: Pod, demand: GpuDemand, slot: _Slot, kid: int, cid: int) -> _Candidate | None:
         """Cheapest reshaping option for one unit on GPUs in state `kid` (memoised per state and demand class)."""
@@ -416,6 +425,8 @@ class Planner:
             for s in ns.slots:
                 if s is not slot:
                     self._rekey(s)
+        slot.requests.append((demand, pod.need_mib, len(self.assignments)))
+        self.cap_left[slot.kind] -= mib
         self.assignments.append(
             Assignment(pod.key, ns.node.name, slot.index, profile, mib, need_mib(demand, mib, pod.need_mib))
         )
@@ -450,13 +461,17 @@ class Planner:
                     continue
                 useful, slot = top
                 opt = _Option(0, 0, 0, useful, False, slot.mig)
-                cand: _Candidate = (self._cost(pod, demand, mib, opt), slot.order, slot, profile, mib, opt)
+                cost = self._protected(self._cost(pod, demand, mib, opt), pod, kind)
+                cand: _Candidate = (cost, slot.order, slot, profile, mib, opt)
                 if best is None or cand[:2] < best[:2]:
                     best = cand
         cid = self.class_ids.setdefault((demand, pod.need_mib), len(self.class_ids))
         for kid, slots in self.views[sid].items():
             unit = self._reconf_unit(pod, demand, slots[0], kid, cid)
-            if unit is None or (best is not None and unit[0] > best[0]):
+            if unit is None:
+                continue
+            unit = (self._protected(unit[0], pod, slots[0].kind), *unit[1:])
+            if best is not None and unit[0] > best[0]:
                 continue
             for s in slots:
                 if s.order > (best[1] if best is not None and unit[0] == best[0] else float("inf")):
@@ -470,6 +485,42 @@ class Planner:
         slot.node.free = slot.node.free - pod.requests
         self._apply(pod, demand, slot, profile, mib, opt)
         return True
+
+    # -- scarcity ----------------------------------------------------------------------------------------
+
+    def _protect(self, pod: Pod, kind: str) -> int:
+        """`pressure-first` only: how much of a GPU kind's remaining capacity pods with no other choice still
+        need (percent). A pod that fits several kinds then goes where it crowds out the fewest such pods."""
+        if self.strategy != "pressure-first" or self.pod_kinds.get(pod.key, 0) <= 1:
+            return 0
+        return min(1000, self.rigid_left[kind] * 100 // max(1, self.cap_left[kind]))
+
+    def _protected(self, cost: Cost, pod: Pod, kind: str) -> Cost:
+        protect = self._protect(pod, kind)
+        return cost if not protect else (cost[0], protect, *cost[2:])
+
+    def _consume(self, pod: Pod) -> None:
+        kind = self.rigid_kind.get(pod.key)
+        if kind is not None:
+            self.rigid_left[kind] -= self._rigid_mib(pod, kind)
+
+    def _free_mib(self, slot: _Slot) -> list[tuple[int, int]]:
+        """(instance MiB, count) of a slot's existing free instances."""
+        if slot.model is None:
+            return (
+                [(int(slot.kind.split(":")[1]), n) for _, n in slot.free.items()]
+                if slot.kind.startswith("card:")
+                else []
+            )
+        model = slot.model
+        return [
+            (model.memory_mib if name == WHOLE_GPU else model.profile(name).memory_mib, n)
+            for name, n in slot.free.items()
+            if name == WHOLE_GPU or model.has_profile(name)
+        ]
+
+    def _rigid_mib(self, pod: Pod, kind: str) -> int:
+        return sum(min(m for _, m in self._choices(kind, d)) * d.count for d in pod.gpu)
 
     def _place_multi(self, pod: Pod, candidates: Iterable[_NodeState]) -> bool:
         """Pods with several GPU units: all units on one node, chosen by total cost then node name."""
@@ -491,7 +542,7 @@ class Planner:
         saved = [(s, Counter(s.assigned), s.changed, s.mig) for s in ns.slots]
         saved_touched = ns.touched
         saved_assign = len(self.assignments)
-        total: Cost = (0, 0, 0, 0, 0, 0)
+        total: Cost = (0, 0, 0, 0, 0, 0, 0)
         ok = True
         for demand in sorted(pod.gpu, key=lambda d: (-d.vram_mib, d.kind, d.profile)):
             for _ in range(demand.count):
@@ -503,13 +554,15 @@ class Planner:
                 if best is None:
                     ok = False
                     break
-                a, b, c, d, e, f = (x + y for x, y in zip(total, best[0], strict=True))
-                total = (a, b, c, d, e, f)
+                a, b, c, d, e, f, g = (x + y for x, y in zip(total, best[0], strict=True))
+                total = (a, b, c, d, e, f, g)
                 self._apply_local(pod, demand, best[2], best[3], best[4], best[5])
             if not ok:
                 break
         if commit and ok:
+            hosts = {a.gpu for a in self.assignments[saved_assign:]}
             for s in ns.slots:
+                s.locked = s.locked or s.index in hosts
                 self._refresh(s)
             return total
         for s, assigned, changed, mig in saved:
@@ -584,6 +637,83 @@ class Planner:
             self._refresh(s)
         return old
 
+    # -- repair ----------------------------------------------------------------------------------------
+
+    def _repair(self, unplaced: list[Pod]) -> list[Pod]:
+        """Second chance for single-instance pods the greedy could not place: repack one idle GPU so it serves
+        the pods already assigned to it plus this one (their profiles may change), cheapest first."""
+        if self.strategy == "no-changes":
+            return unplaced
+        still: list[Pod] = []
+        for pod in unplaced:
+            demand = pod.gpu[0] if pod.units == 1 else None
+            if demand is None or demand.count != 1 or demand.kind == "gpu" or not self._repack_slot(pod, demand):
+                still.append(pod)
+            else:
+                self._consume(pod)
+        return still
+
+    def _repack_slot(self, pod: Pod, demand: GpuDemand) -> bool:
+        best: tuple[Cost, float, _Slot, list[str]] | None = None
+        for ns in self.sig_nodes[self._sig(pod)]:
+            if not pod.requests.fits_in(ns.free):
+                continue
+            for slot in ns.slots:
+                if not slot.reconfigurable or slot.locked or not slot.mig or slot.model is None:
+                    continue
+                if not self._choices(slot.kind, demand):
+                    continue
+                reqs = [(d, n) for d, n, _ in slot.requests] + [(demand, pod.need_mib)]
+                packed = self._repack(slot.kind, reqs)
+                if packed is None:
+                    continue
+                _, profiles, stranded = packed
+                prefer = 1 if self.strategy == "existing-first" else 0
+                cost: Cost = (
+                    prefer,
+                    self._protect(pod, slot.kind),
+                    stranded - self._stranded_of(slot),
+                    0,
+                    0 if slot.changed else 1,
+                    0 if ns.touched else 1,
+                    0,
+                )
+                if best is None or (cost, slot.order) < (best[0], best[1]):
+                    best = (cost, slot.order, slot, profiles)
+        if best is None:
+            return False
+        _, _, slot, profiles = best
+        model = slot.model
+        assert model is not None
+        for (d, annotated, idx), name in zip(slot.requests, profiles, strict=False):
+            a = self.assignments[idx]
+            mib = model.profile(name).memory_mib
+            self.assignments[idx] = Assignment(a.pod, a.node, a.gpu, name, mib, need_mib(d, mib, annotated))
+        mib = model.profile(profiles[-1]).memory_mib
+        slot.requests.append((demand, pod.need_mib, len(self.assignments)))
+        self.assignments.append(
+            Assignment(pod.key, slot.node.node.name, slot.index, profiles[-1], mib, need_mib(demand, mib, pod.need_mib))
+        )
+        slot.assigned = Counter(profiles)
+        slot.changed = slot.mig = slot.node.touched = True
+        slot.node.free = slot.node.free - pod.requests
+        slot.version += 1  # the indexes no longer describe this slot; nothing places through them after repair
+        return True
+
+    def _repack(self, kind: str, reqs: list[tuple[GpuDemand, int | None]]) -> tuple[Layout, list[str], int] | None:
+        key = (kind, tuple(reqs))
+        if key not in self.repack_memo:
+            self.repack_memo[key] = repack(self.completions[kind].geo, reqs)
+        return self.repack_memo[key]
+
+    def _stranded_of(self, slot: _Slot) -> int:
+        """Stranded MiB the plan currently attributes to one GPU (waste of its pods, unusable if reshaped)."""
+        waste = sum(self.assignments[i].waste_mib for _, _, i in slot.requests)
+        if not slot.changed:
+            return waste
+        best = self.completions[slot.kind].best(canonical(slot.assigned))
+        return waste + (best[1] if best else 0)
+
     # -- run ---------------------------------------------------------------------------------------------
 
     def _size(self, pod: Pod) -> int:
@@ -598,16 +728,40 @@ class Planner:
                 total += (min(mibs) if mibs else 0) * d.count
         return total
 
+    def _flexibility(self, pod: Pod) -> int:
+        """How many GPU kinds in reach could serve the pod: pods with fewer options go first within a priority,
+        so a pod that only fits one model is not crowded out by pods that fit anywhere."""
+        kinds = self.sig_kinds[self._sig(pod)]
+        return sum(1 for k in kinds if all(self._choices(k, d) for d in pod.gpu))
+
     def run(self) -> Plan:
-        pending = sorted(self.snapshot.pending, key=lambda p: (-p.priority, -self._size(p), p.created, p.key))
+        pending = sorted(
+            self.snapshot.pending,
+            key=lambda p: (-p.priority, self._flexibility(p), -self._size(p), p.created, p.key),
+        )
+        for p in pending:
+            kinds = [k for k in self.sig_kinds[self._sig(p)] if all(self._choices(k, d) for d in p.gpu)]
+            self.pod_kinds[p.key] = len(kinds)
+            if len(kinds) == 1:
+                self.rigid_kind[p.key] = kinds[0]
+                self.rigid_left[kinds[0]] += self._rigid_mib(p, kinds[0])
+        for slot in self.slots:
+            if slot.reconfigurable and slot.model is not None:
+                self.cap_left[slot.kind] += slot.model.full_profile.memory_mib
+            else:
+                self.cap_left[slot.kind] += sum(mib * n for mib, n in self._free_mib(slot))
         unplaced: list[Pod] = []
         for pod in pending:
             if pod.units == 1 and pod.gpu[0].count == 1:
                 placed = self._place_single(pod)
             else:
                 placed = self._place_multi(pod, self.sig_nodes[self._sig(pod)])
-            if not placed:
+            if placed:
+                self._consume(pod)
+            else:
                 unplaced.append(pod)
+        if unplaced:
+            unplaced = self._repair(unplaced)
         if self.settings.evictions == "lower-priority" and unplaced:
             still: list[Pod] = []
             budget = self.settings.max_evictions
@@ -754,13 +908,17 @@ def rank(result: Plan, snapshot: Snapshot) -> tuple[object, ...]:
 def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     """Plan MIG layouts for a snapshot: pure, deterministic, no I/O.
 
-    The greedy `stranded-first` pass usually places every pod; when it does not, reshaping a GPU early may have
-    destroyed free instances a later pod needed, so two more passes run (`existing-first`, which reshapes only
-    when no existing instance fits, and `no-changes`) and the best plan by the objective wins. Including
-    `no-changes` guarantees a plan never places fewer pods of any priority than leaving the layouts alone.
+    The greedy `stranded-first` pass usually places every pod that can be placed at all. When it leaves pods
+    that some GPU in their reach could serve, three more passes run and the best plan by the objective wins:
+    `pressure-first` (pods that fit several GPU kinds avoid kinds that single-kind pods still need),
+    `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including `no-changes`
+    guarantees a plan never places fewer pods of any priority than leaving the layouts alone.
     """
-    best = Planner(snapshot, settings).run()
-    if best.summary.pods_placed == best.summary.pending_pods - len(snapshot.rejected):
+    first = Planner(snapshot, settings)
+    best = first.run()
+    placed = {a.pod for a in best.assignments}
+    hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}
+    if all(p.key in placed or p.key in hopeless for p in snapshot.pending):
         return best
     best_rank = rank(best, snapshot)
     for strategy in STRATEGIES[1:]:
