@@ -13,6 +13,7 @@ from migctl.cli.output import fail
 from migctl.cli.plan import plan_command
 from migctl.cli.profiles import profiles
 from migctl.cli.run import run_command
+from migctl.cli.simulate import simulate_command
 from migctl.errors import InputError, LayoutError
 
 
@@ -39,6 +40,7 @@ def version() -> None:
 
 cli.add_command(profiles)
 cli.add_command(plan_command)
+cli.add_command(simulate_command)
 cli.add_command(run_command)
 cli.add_command(agent_command)
 cli.add_command(fallback_command)

@@ -1,0 +1,581 @@
+"""Benchmark instances: seeded random clusters and trace-derived ones, as `Snapshot`s and as kubectl-style JSON.
+
+An `Instance` is a plain description (nodes with per-GPU layouts and in-use instances, pending pods). It renders
+to a `Snapshot` built directly from `migctl.core.cluster` models (`Instance.snapshot`) and to the objects
+`kubectl get nodes,pods,configmaps -A -o json` would return (`Instance.objects`: Node, Pod and the mig-parted
+ConfigMap `gpu-operator/default-mig-parted-config`), which `migctl.adapters.objects.snapshot_from_objects`
+translates back to an equivalent snapshot (the scale run checks that both give the same plan objective).
+
+Families
+--------
+* `random`: mixed A100-40GB / A100-80GB / H100-80GB / H200 nodes of 1-8 GPUs; current layouts drawn uniformly
+  from the model's valid plain layouts; GPUs idle or busy (a random non-empty subset of their instances in use);
+  ~20% of nodes without per-GPU usage data (a busy node of several GPUs is then a pool of free instances, as
+  the adapter sees it), ~5% frozen; pool labels, a `dedicated=training` taint on ~10%; pending pods asking for
+  VRAM (70%, a GiB value from a list with values near profile boundaries) or an exact profile (30%, sometimes
+  with a `migctl.io/vram` need annotation), 2 or 3 priority levels, some node selectors and tolerations.
+* `openb-frac` (workloads.md W1): single-GPU pods of Alibaba openb `openb_pod_list_default.csv`
+  (`num_gpu == 1`); VRAM request = ceil(`gpu_milli`/1000 × memory of the cluster's full-GPU profile), i.e. the same
+  fraction of the card; one model per instance (cycling A100-40/A100-80/H100/H200); CPU and RAM requests from
+  the trace; priority from `qos` (LS, Guaranteed: 1000; Burstable: 100; BE: 0); node CPU/RAM and GPUs per node
+  from rows of `openb_node_list_gpu_node.csv`.
+* `openb-abs` (W1b): the same pods, VRAM = ceil(`gpu_milli`/1000 × 16 GiB) (the trace's 16 GB cards), on mixed
+  clusters.
+* `genai-peak` (W2): VRAM = ceil(`peak_gib` × 1024) MiB of `pod_gpu_memory_summary_derived.csv` (pods that never
+  used the GPU are skipped); mixed clusters; the data has no priority or CPU columns, so those are synthetic.
+* `miso` (W3): per-job MiB of MISO's `memory.json` joined with `job_models.json`, on A100-40GB clusters.
+
+Trace files are read from `$MIGCTL_BENCH_DATA` (default `/work/shared/data`); `trace_available()` says whether
+they are there.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from migctl.core.catalog import Catalog, GpuModel
+from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot, Taint, Toleration
+from migctl.core.geometry import CanonicalLayout, geometry
+from migctl.core.migparted import GpuConfig, config_name, dump_yaml, render
+from migctl.core.naming import resource_name
+
+GIB = 2**30
+MIB = 2**20
+MIXED = ("a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb")
+POOL_LABEL = "migctl.bench/pool"
+TAINT = ("dedicated", "training")
+# fmt: off
+VRAM_GIB = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 16, 18, 19, 20, 24, 30, 32, 35, 38, 39, 40, 45, 60, 70, 75, 79, 80,
+            100, 120, 139, 150)
+# fmt: on
+VRAM_WEIGHTS = (6, 6, 5, 8, 6, 5, 6, 8, 3, 6, 5, 4, 6, 4, 3, 5, 4, 3, 4, 3, 2, 3, 4, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1)
+QOS_PRIORITY = {"LS": 1000, "Guaranteed": 1000, "Burstable": 100, "BE": 0}
+TRACE_FAMILIES = ("openb-frac", "openb-abs", "genai-peak", "miso")
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("MIGCTL_BENCH_DATA", "/work/shared/data"))
+
+
+def trace_available() -> bool:
+    d = data_dir()
+    return all(
+        (d / f).is_file()
+        for f in (
+            "alibaba-gpu-v2023-openb/openb_pod_list_default.csv",
+            "alibaba-gpu-v2023-openb/openb_node_list_gpu_node.csv",
+            "alibaba-v2026-genai-gpumem/pod_gpu_memory_summary_derived.csv",
+            "miso-socc22-profiles/memory.json",
+            "miso-socc22-profiles/job_models.json",
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The description
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    layout: CanonicalLayout
+    used: CanonicalLayout = ()  # instances in use by running pods
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    model: str
+    gpus: tuple[GpuSpec, ...]
+    cpu_m: int
+    memory: int
+    pods: int = 110
+    pool: str = "a"
+    tainted: bool = False
+    agent: bool = True  # per-GPU usage known (node agent); False: as the adapter sees it (busy + >1 GPU: unknown)
+    frozen: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return any(g.used for g in self.gpus)
+
+    @property
+    def usage_known(self) -> bool:
+        return self.agent or not self.busy or len(self.gpus) == 1
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    name: str
+    priority: int
+    kind: str  # "vram" or "profile"
+    vram_mib: int = 0
+    profile: str = ""
+    need_mib: int | None = None
+    cpu_m: int = 1000
+    memory: int = 4 * GIB
+    selector: tuple[tuple[str, str], ...] = ()
+    tolerates: bool = False
+    created: int = 0  # seconds after an arbitrary origin
+
+    @property
+    def created_iso(self) -> str:
+        d, rest = divmod(self.created, 86400)
+        h, rest = divmod(rest, 3600)
+        m, s = divmod(rest, 60)
+        return f"2026-{1 + d // 28:02d}-{1 + d % 28:02d}T{h:02d}:{m:02d}:{s:02d}Z"
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str
+    family: str
+    seed: int
+    nodes: tuple[NodeSpec, ...]
+    pods: tuple[PodSpec, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    # -- Snapshot, built directly -------------------------------------------------------------------------
+
+    def snapshot(self, catalog: Catalog) -> Snapshot:
+        nodes: list[Node] = []
+        pods: list[Pod] = []
+        for ns in self.nodes:
+            model = catalog.model(ns.model)
+            running = _running(ns)
+            pods.extend(r for r, _ in running)
+            used = Resources()
+            for r, _ in running:
+                used = used + r.requests
+            known = ns.usage_known
+            gpus = tuple(
+                Gpu(i, GpuConfig.mig(g.layout), dict(g.used) if known else None, False if known else None)
+                for i, g in enumerate(ns.gpus)
+            )
+            total: Counter[str] = Counter()
+            in_use: Counter[str] = Counter()
+            for g in ns.gpus:
+                total.update(dict(g.layout))
+                in_use.update(dict(g.used))
+            nodes.append(
+                Node(
+                    name=ns.name,
+                    labels=_labels(ns, model),
+                    taints=(Taint(*TAINT, "NoSchedule"),) if ns.tainted else (),
+                    allocatable=Resources(ns.cpu_m, ns.memory, ns.pods),
+                    used=used,
+                    model=model,
+                    gpus=gpus,
+                    mig_free={p: max(0, n - in_use[p]) for p, n in total.items()},
+                    usage_known=known,
+                    frozen_reason="reconfiguration in progress (nvidia.com/mig.config.state=pending)"
+                    if ns.frozen
+                    else "",
+                    gpu_pods=tuple((r.key, r.priority, gi if ns.agent else None) for r, gi in running),
+                )
+            )
+        for ps in self.pods:
+            demand = (
+                GpuDemand("vram", 1, vram_mib=ps.vram_mib) if ps.kind == "vram" else GpuDemand("profile", 1, ps.profile)
+            )
+            pods.append(
+                Pod(
+                    namespace="bench",
+                    name=ps.name,
+                    priority=ps.priority,
+                    requests=Resources(ps.cpu_m, ps.memory, 1),
+                    gpu=(demand,),
+                    need_mib=ps.need_mib,
+                    node_selector=tuple(sorted(ps.selector)),
+                    tolerations=(Toleration(TAINT[0], "Equal", TAINT[1], "NoSchedule"),) if ps.tolerates else (),
+                    unschedulable=True,
+                    created=ps.created_iso,
+                )
+            )
+        return Snapshot(tuple(nodes), tuple(pods))
+
+    # -- kubectl-style objects ----------------------------------------------------------------------------
+
+    def objects(self, catalog: Catalog) -> list[dict[str, Any]]:
+        """Node, Pod and ConfigMap dicts as `kubectl get nodes,pods,configmaps -A -o json` lists them."""
+        configs = {}
+        out: list[dict[str, Any]] = []
+        pod_objs: list[dict[str, Any]] = []
+        for ns in self.nodes:
+            model = catalog.model(ns.model)
+            node_cfg = {i: GpuConfig.mig(g.layout) for i, g in enumerate(ns.gpus)}
+            name = config_name(node_cfg)
+            configs[name] = node_cfg
+            labels = _labels(ns, model)
+            labels.update(
+                {
+                    "nvidia.com/gpu.memory": str(model.memory_mib),
+                    "nvidia.com/mig.capable": "true",
+                    "nvidia.com/mig.strategy": "mixed",
+                    "nvidia.com/mig.config": name,
+                    "nvidia.com/mig.config.state": "pending" if ns.frozen else "success",
+                }
+            )
+            total: Counter[str] = Counter()
+            for g in ns.gpus:
+                total.update(dict(g.layout))
+            alloc = {"cpu": f"{ns.cpu_m}m", "memory": str(ns.memory), "pods": str(ns.pods)}
+            alloc.update({resource_name(p): str(n) for p, n in sorted(total.items())})
+            spec: dict[str, Any] = {}
+            if ns.tainted:
+                spec["taints"] = [{"key": TAINT[0], "value": TAINT[1], "effect": "NoSchedule"}]
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": ns.name, "labels": labels},
+                    "spec": spec,
+                    "status": {"capacity": dict(alloc), "allocatable": alloc},
+                }
+            )
+            for r, _ in _running(ns):
+                d = r.gpu[0]
+                pod_objs.append(
+                    _pod_obj(r.name, r.priority, {resource_name(d.profile): 1}, r.requests, r.created, node=ns.name)
+                )
+        for ps in self.pods:
+            gpu_req: dict[str, Any] = (
+                {"migctl.io/vram": f"{ps.vram_mib}Mi"} if ps.kind == "vram" else {resource_name(ps.profile): 1}
+            )
+            obj = _pod_obj(ps.name, ps.priority, gpu_req, Resources(ps.cpu_m, ps.memory, 1), ps.created_iso)
+            if ps.need_mib is not None:
+                obj["metadata"]["annotations"] = {"migctl.io/vram": f"{ps.need_mib}Mi"}
+            if ps.selector:
+                obj["spec"]["nodeSelector"] = dict(ps.selector)
+            if ps.tolerates:
+                obj["spec"]["tolerations"] = [
+                    {"key": TAINT[0], "operator": "Equal", "value": TAINT[1], "effect": "NoSchedule"}
+                ]
+            pod_objs.append(obj)
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"namespace": "gpu-operator", "name": "default-mig-parted-config"},
+            "data": {"config.yaml": dump_yaml(render(configs))},
+        }
+        return [cm, *out, *pod_objs]
+
+    def json_text(self, catalog: Catalog) -> str:
+        """The objects as one `kind: List` JSON document (what `kubectl get ... -o json` prints)."""
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": self.objects(catalog)}, indent=1)
+
+
+def _labels(ns: NodeSpec, model: GpuModel) -> dict[str, str]:
+    return {
+        "kubernetes.io/hostname": ns.name,
+        "nvidia.com/gpu.product": model.gfd_products[0],
+        "nvidia.com/gpu.count": str(len(ns.gpus)),
+        POOL_LABEL: ns.pool,
+    }
+
+
+def _running(ns: NodeSpec) -> list[tuple[Pod, int]]:
+    """One running pod per in-use instance (with the GPU index it uses)."""
+    out = []
+    for gi, g in enumerate(ns.gpus):
+        k = 0
+        for prof, n in g.used:
+            for _ in range(n):
+                pod = Pod(
+                    namespace="running",
+                    name=f"{ns.name}-g{gi}-{k}",
+                    priority=0,
+                    node=ns.name,
+                    phase="Running",
+                    requests=Resources(1000, 2 * GIB, 1),
+                    gpu=(GpuDemand("profile", 1, prof),),
+                    created="2026-01-01T00:00:00Z",
+                    gpu_index=gi if ns.agent else None,
+                )
+                out.append((pod, gi))
+                k += 1
+    return out
+
+
+def _pod_obj(
+    name: str, priority: int, gpu: dict[str, Any], req: Resources, created: str, node: str | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": f"{req.cpu_m}m", "memory": str(req.memory)}, "limits": gpu},
+            }
+        ],
+        "priority": priority,
+        "schedulerName": "default-scheduler",
+    }
+    status: dict[str, Any]
+    if node:
+        spec["nodeName"] = node
+        status = {"phase": "Running"}
+    else:
+        status = {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+    ns = "running" if node else "bench"
+    meta = {"namespace": ns, "name": name, "creationTimestamp": created}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generators
+
+
+def _gpu(rng: random.Random, model: GpuModel, p_busy: float) -> GpuSpec:
+    layout = rng.choice(geometry(model).base_layouts)
+    if rng.random() >= p_busy:
+        return GpuSpec(layout)
+    instances = [p for p, c in layout for _ in range(c)]
+    used = [p for p in instances if rng.random() < 0.5] or [rng.choice(instances)]
+    return GpuSpec(layout, tuple(sorted(Counter(used).items())))
+
+
+def _nodes(
+    rng: random.Random,
+    catalog: Catalog,
+    target_gpus: int,
+    models: Sequence[str],
+    shapes: Sequence[tuple[int, int, int]] | None = None,
+    prefix: str = "node",
+    p_busy: float | None = None,
+) -> list[NodeSpec]:
+    """Nodes until `target_gpus` GPUs; `shapes` are (GPUs, CPU milli, memory bytes) rows to draw from."""
+    out: list[NodeSpec] = []
+    total = 0
+    busy = rng.uniform(0.1, 0.6) if p_busy is None else p_busy
+    while total < target_gpus:
+        if shapes:
+            n, cpu, mem = rng.choice(shapes)
+            n = min(n, target_gpus - total)
+        else:
+            n = min(rng.randint(1, 8), target_gpus - total)
+            cpu, mem = n * rng.choice((8000, 16000, 32000)), n * rng.choice((32, 64, 128)) * GIB
+        model = catalog.model(rng.choice(models))
+        node_busy = busy if rng.random() < 0.7 else 0.0
+        out.append(
+            NodeSpec(
+                name=f"{prefix}-{len(out):04d}",
+                model=model.id,
+                gpus=tuple(_gpu(rng, model, node_busy) for _ in range(n)),
+                cpu_m=cpu,
+                memory=mem,
+                pool=rng.choice("ab"),
+                tainted=rng.random() < 0.1,
+                agent=rng.random() < 0.8,
+                frozen=rng.random() < 0.05,
+            )
+        )
+        total += n
+    return out
+
+
+def _decorate(rng: random.Random, pod: PodSpec, nodes: Sequence[NodeSpec], catalog: Catalog) -> PodSpec:
+    """Random selectors and tolerations."""
+    selector: tuple[tuple[str, str], ...] = ()
+    r = rng.random()
+    if r < 0.15:
+        selector = ((POOL_LABEL, rng.choice("ab")),)
+    elif r < 0.25:
+        selector = (("nvidia.com/gpu.product", catalog.model(rng.choice(nodes).model).gfd_products[0]),)
+    return PodSpec(
+        pod.name,
+        pod.priority,
+        pod.kind,
+        pod.vram_mib,
+        pod.profile,
+        pod.need_mib,
+        pod.cpu_m,
+        pod.memory,
+        selector,
+        rng.random() < 0.15,
+        pod.created,
+    )
+
+
+def _random_demand(rng: random.Random, name: str, prio: int, created: int, models: Sequence[GpuModel]) -> PodSpec:
+    cpu = rng.choice((500, 1000, 2000, 4000, 8000))
+    mem = rng.choice((2, 4, 8, 16, 32)) * GIB
+    if rng.random() < 0.7:
+        gib = rng.choices(VRAM_GIB, VRAM_WEIGHTS)[0]
+        return PodSpec(name, prio, "vram", vram_mib=gib * 1024, cpu_m=cpu, memory=mem, created=created)
+    model = rng.choice(models)
+    plain = model.base_profiles
+    variants = [p for p in model.profiles if p.attributes]
+    prof = rng.choice(variants) if variants and rng.random() < 0.05 else rng.choice(plain)
+    need = int(prof.memory_mib * rng.uniform(0.2, 1.0)) if rng.random() < 0.3 else None
+    return PodSpec(name, prio, "profile", profile=prof.name, need_mib=need, cpu_m=cpu, memory=mem, created=created)
+
+
+def random_instance(seed: int, catalog: Catalog, max_gpus: int = 64, max_pods: int = 300) -> Instance:
+    rng = random.Random(seed)
+    target = rng.randint(min(4, max_gpus), max_gpus)
+    nodes = _nodes(rng, catalog, target, MIXED)
+    levels = rng.choice(((0, 100), (0, 100, 1000)))
+    n_pods = max(1, min(max_pods, round(target * rng.uniform(0.5, 5.0))))
+    models = [catalog.model(m) for m in sorted({n.model for n in nodes})]
+    pods = [
+        _decorate(
+            rng, _random_demand(rng, f"p{i:05d}", rng.choice(levels), rng.randrange(86400), models), nodes, catalog
+        )
+        for i in range(n_pods)
+    ]
+    return Instance(f"random-{seed}", "random", seed, tuple(nodes), tuple(pods))
+
+
+# -- trace-derived ----------------------------------------------------------------------------------------
+
+
+@cache
+def _openb_pods() -> tuple[tuple[int, int, int, str, int], ...]:
+    """(gpu_milli, cpu_milli, memory MiB, qos, creation_time) of single-GPU pods of the default openb list."""
+    path = data_dir() / "alibaba-gpu-v2023-openb/openb_pod_list_default.csv"
+    with path.open(encoding="utf-8") as f:
+        return tuple(
+            (int(r["gpu_milli"]), int(r["cpu_milli"]), int(r["memory_mib"]), r["qos"], int(r["creation_time"]))
+            for r in csv.DictReader(f)
+            if r["num_gpu"] == "1" and 0 < int(r["gpu_milli"]) <= 1000
+        )
+
+
+@cache
+def _openb_shapes() -> tuple[tuple[int, int, int], ...]:
+    """(GPUs, CPU milli, memory bytes) of openb GPU nodes with 1-8 GPUs."""
+    path = data_dir() / "alibaba-gpu-v2023-openb/openb_node_list_gpu_node.csv"
+    with path.open(encoding="utf-8") as f:
+        return tuple(
+            (int(r["gpu"]), int(r["cpu_milli"]), int(r["memory_mib"]) * MIB)
+            for r in csv.DictReader(f)
+            if 1 <= int(r["gpu"]) <= 8
+        )
+
+
+@cache
+def _genai_peaks() -> tuple[int, ...]:
+    path = data_dir() / "alibaba-v2026-genai-gpumem/pod_gpu_memory_summary_derived.csv"
+    with path.open(encoding="utf-8") as f:
+        return tuple(math.ceil(float(r["peak_gib"]) * 1024) for r in csv.DictReader(f) if float(r["peak_gib"]) > 0.05)
+
+
+@cache
+def _miso_jobs() -> tuple[int, ...]:
+    d = data_dir() / "miso-socc22-profiles"
+    memory = json.loads((d / "memory.json").read_text(encoding="utf-8"))
+    jobs = json.loads((d / "job_models.json").read_text(encoding="utf-8"))
+    out = []
+    for _, spec in sorted(jobs.items(), key=lambda kv: int(kv[0])):
+        model, batch = spec.split("_train")
+        out.append(int(memory[model][batch]))
+    return tuple(out)
+
+
+def trace_instance(family: str, seed: int, catalog: Catalog, max_gpus: int = 64, max_pods: int = 300) -> Instance:
+    """A trace-derived instance of `family` (see the module docstring for each mapping)."""
+    rng = random.Random(f"{family}/{seed}")
+    target = rng.randint(min(8, max_gpus), max_gpus)
+    shapes = _openb_shapes()
+    if family == "openb-frac":
+        models: Sequence[str] = (MIXED[seed % len(MIXED)],)
+    elif family == "miso":
+        models = ("a100-40gb",)
+    else:
+        models = MIXED
+    nodes = _nodes(rng, catalog, target, models, shapes=shapes, prefix=family)
+    n_pods = max(1, min(max_pods, round(target * rng.uniform(1.0, 4.0))))
+    pods: list[PodSpec] = []
+    for i in range(n_pods):
+        name = f"{family}-{i:05d}"
+        if family in ("openb-frac", "openb-abs"):
+            milli, cpu, mem, qos, created = rng.choice(_openb_pods())
+            card = catalog.model(models[0]).full_profile.memory_mib if family == "openb-frac" else 16 * 1024
+            vram = math.ceil(milli * card / 1000)
+            pod = PodSpec(
+                name,
+                QOS_PRIORITY.get(qos, 0),
+                "vram",
+                vram_mib=vram,
+                cpu_m=cpu,
+                memory=mem * MIB,
+                created=created % (86400 * 300),
+            )
+        else:
+            vram = rng.choice(_genai_peaks() if family == "genai-peak" else _miso_jobs())
+            pod = PodSpec(
+                name,
+                rng.choice((0, 100)),
+                "vram",
+                vram_mib=vram,
+                cpu_m=rng.choice((2000, 4000, 8000)),
+                memory=rng.choice((8, 16, 32)) * GIB,
+                created=rng.randrange(86400),
+            )
+        pods.append(_decorate(rng, pod, nodes, catalog) if rng.random() < 0.3 else pod)
+    return Instance(f"{family}-{seed}", family, seed, tuple(nodes), tuple(pods))
+
+
+def scale_instance(
+    catalog: Catalog, nodes: int = 1000, gpus_per_node: int = 8, pods: int = 10_000, seed: int = 2026
+) -> Instance:
+    """The scale case: `nodes` × `gpus_per_node` GPUs of the four models, `pods` pending pods.
+
+    Per-GPU usage is as the adapter sees it from Kubernetes objects alone (no node agent): a busy node of
+    several GPUs is a pool of its free instances; 40% of nodes are busy."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(nodes):
+        model = catalog.model(MIXED[i % len(MIXED)])
+        busy = 0.5 if rng.random() < 0.4 else 0.0
+        out.append(
+            NodeSpec(
+                name=f"gpu-{i:05d}",
+                model=model.id,
+                gpus=tuple(_gpu(rng, model, busy) for _ in range(gpus_per_node)),
+                cpu_m=rng.choice((96_000, 128_000)),
+                memory=rng.choice((512, 1024)) * GIB,
+                pool=rng.choice("ab"),
+                tainted=rng.random() < 0.1,
+                agent=False,
+                frozen=rng.random() < 0.02,
+            )
+        )
+    models = [catalog.model(m) for m in MIXED]
+    specs = [
+        _decorate(
+            rng,
+            _random_demand(rng, f"p{i:05d}", rng.choice((0, 100, 1000)), rng.randrange(86400), models),
+            out,
+            catalog,
+        )
+        for i in range(pods)
+    ]
+    return Instance(f"scale-{nodes}x{gpus_per_node}-{pods}", "scale", seed, tuple(out), tuple(specs))
+
+
+def subset(instance: Instance, nodes: int, pods: int) -> Instance:
+    """The first `nodes` nodes and `pods` pods of an instance (for the exact-solver size ladder)."""
+    return Instance(
+        f"{instance.name}[:{nodes}n,{pods}p]",
+        instance.family,
+        instance.seed,
+        instance.nodes[:nodes],
+        instance.pods[:pods],
+    )

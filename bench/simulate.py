@@ -1,0 +1,105 @@
+"""Simulation benchmark: the FGD-paper validation (full protocol) and the MIG policy comparison.
+
+    python -m bench.simulate validate [--seeds 42-51]      # continuous BestFit/FGD vs the paper (≈3 min)
+    python -m bench.simulate mig [--seeds 42-44] [--plot docs/img]   # MIG policies, openb + MISO (≈10 min)
+
+Results are printed (and, with --json FILE, written); docs/simulation.md quotes these runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from migctl.core.catalog import load_catalog
+from migctl.sim.continuous import run_protocol, typical_pods
+from migctl.sim.report import format_table, plot
+from migctl.sim.scenario import ALL_POLICIES, MIG_POLICIES, Scenario, load_cluster
+from migctl.sim.workloads import OPENB, data_dir, load_openb_nodes, load_openb_pods
+
+PAPER = {"bestfit": 93.08, "fgd": 95.39}  # fgd-atc23-expected-results/summary_derived.csv, default, @130%
+TOLERANCE = 0.5
+
+
+def _seeds(spec: str) -> list[int]:
+    if "-" in spec:
+        lo, hi = (int(x) for x in spec.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(s) for s in spec.split(",")]
+
+
+def validate(seeds: list[int]) -> dict[str, object]:
+    d = data_dir(OPENB)
+    pods = load_openb_pods(d / "openb_pod_list_default.csv")
+    nodes = load_openb_nodes(d / "openb_node_list_gpu_node.csv")
+    tp = typical_pods(pods)
+    out: dict[str, object] = {}
+    ok = True
+    for policy in ("bestfit", "fgd"):
+        vals, t0 = [], time.perf_counter()
+        for seed in seeds:
+            c = run_protocol(pods, nodes, policy, seed, typical=tp)
+            vals.append((c.alloc_pct_at(100), c.alloc_pct_at(130)))
+        arr = np.array(vals)
+        mean130 = float(arr[:, 1].mean())
+        passed = abs(mean130 - PAPER[policy]) <= TOLERANCE
+        ok &= passed
+        out[policy] = {
+            "alloc_at_100": [round(float(x), 3) for x in arr[:, 0]],
+            "alloc_at_130": [round(float(x), 3) for x in arr[:, 1]],
+            "mean_at_100": round(float(arr[:, 0].mean()), 3),
+            "mean_at_130": round(mean130, 3),
+            "std_at_130": round(float(arr[:, 1].std()), 3),
+            "paper_at_130": PAPER[policy],
+            "pass": passed,
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        print(
+            f"{policy:8s} alloc@130 {mean130:.2f} ± {arr[:, 1].std():.2f} (paper {PAPER[policy]:.2f}, "
+            f"{'PASS' if passed else 'FAIL'} ±{TOLERANCE}); @100 {arr[:, 0].mean():.2f}; "
+            f"{len(seeds)} seeds in {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
+    out["pass"] = ok
+    return out
+
+
+def mig(seeds: list[int], plot_dir: Path | None) -> dict[str, object]:
+    cat = load_catalog()
+    runs = [
+        ("openb", "openb/8", "h100-80gb", ALL_POLICIES, seeds),
+        ("openb", "openb/8", "a100-40gb", ALL_POLICIES, seeds),
+        ("miso", "2x4", "a100-40gb", MIG_POLICIES, list(range(42, 52))),
+        ("miso", "1x4", "h100-80gb", MIG_POLICIES, list(range(42, 52))),
+    ]
+    out: dict[str, object] = {}
+    for workload, cluster, model, policies, sds in runs:
+        t0 = time.perf_counter()
+        sc = Scenario(workload, load_cluster(cluster), cat.model(model), policies, sds)
+        sc.run()
+        print(format_table(sc), f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
+        if plot_dir is not None:
+            plot(sc, plot_dir)
+        out[f"{workload}:{cluster}:{model}"] = sc.to_dict()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["validate", "mig"])
+    ap.add_argument("--seeds", default=None)
+    ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    seeds = _seeds(a.seeds or ("42-51" if a.what == "validate" else "42-44"))
+    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot)
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1, default=lambda o: None))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Terminal table and PNG plots for a scenario (matplotlib is optional: the `sim` extra)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from migctl.sim.scenario import Scenario
+
+COLUMNS = (
+    ("alloc_pct", "alloc%"),
+    ("alloc_pct_at_100", "alloc%@100"),
+    ("placed_pods_pct", "pods%"),
+    ("placed_vram_pct", "vram%"),
+    ("internal_pct", "internal%"),
+    ("unusable_pct", "unusable%"),
+    ("pending_s_mean", "pend s"),
+    ("reconfigs_per_1k", "reconf/1k"),
+    ("evictions_per_1k", "evict/1k"),
+    ("plan_ms_p50", "plan ms p50"),
+)
+
+
+def _cell(mean: float, std: float, nseeds: int) -> str:
+    if math.isnan(mean):
+        return "n/a"
+    digits = 0 if abs(mean) >= 1000 else 1
+    return f"{mean:.{digits}f}" + (f"±{std:.{digits}f}" if nseeds > 1 else "")
+
+
+def format_table(sc: Scenario) -> str:
+    table = sc.table()
+    n = len(sc.seeds)
+    head = ["policy", *(c for _, c in COLUMNS)]
+    rows = [head]
+    for policy in sc.policies:
+        if policy in table:
+            rows.append([policy, *(_cell(*table[policy][m], n) for m, _ in COLUMNS)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [
+        f"workload {sc.workload} on {sc.cluster.name} ({len(sc.cluster.nodes)} nodes, {sc.cluster.gpus} GPUs, "
+        f"{sc.model.id}); seeds {', '.join(map(str, sc.seeds))}; reconfiguration cost {sc.reconfig_s:g} s",
+        f"source: {sc.source}",
+        f"mapping: {sc.mapping}",
+    ]
+    for i, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j]) for j, c in enumerate(r)))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.append(
+        "alloc% = placed VRAM / cluster memory; internal% / unusable% = memory lost to profile rounding / to "
+        "layouts, of cluster memory; cont-* = fractional sharing without MIG (FGD paper), a reference, not MIG"
+    )
+    return "\n".join(lines)
+
+
+def plot(sc: Scenario, out_dir: Path) -> list[Path]:
+    """Allocation and stranded memory vs arrived workload, one line per policy (mean over seeds)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RuntimeError("plots need matplotlib: pip install 'migctl[sim]'") from e
+    out_dir.mkdir(parents=True, exist_ok=True)
+    grid = np.linspace(0, 140, 141)
+    paths = []
+    for idx, (label, fname) in enumerate(
+        (("allocated VRAM, % of cluster memory", "alloc"), ("stranded (internal + unusable), %", "stranded"))
+    ):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=90)
+        for policy in sc.policies:
+            curves = sc.curves.get(policy, [])
+            ys = []
+            for c in curves:
+                x, y = np.array(c[0]), np.array(c[1 + idx])
+                if len(x) < 2 or np.all(np.isnan(y)):
+                    continue
+                ys.append(np.interp(grid, x, y, left=np.nan, right=np.nan))
+            if ys:
+                with warnings.catch_warnings():  # grid points beyond a run's last sample are NaN
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    mean = np.nanmean(np.array(ys), axis=0)
+                ax.plot(grid, mean, label=policy, linewidth=1.2)
+        ax.set_xlabel("arrived workload, % of cluster memory")
+        ax.set_ylabel(label)
+        ax.set_title(f"{sc.workload} on {sc.cluster.name} ({sc.model.id})", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{sc.workload}-{sc.cluster.name.replace('/', '_')}-{sc.model.id}-{fname}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,560 @@
+"""The Helm chart and plain manifests against the real kube-apiserver: lint, render, schema, server-side dry run, RBAC.
+
+What is real here: helm (built by hack/testbin.sh), the kube-apiserver's object validation and defaulting (server-side
+apply with dryRun=All), its RBAC authorizer (SubjectAccessReview and impersonated requests as the chart's
+ServiceAccounts), and its ValidatingAdmissionPolicy admission. The RBAC objects are created for real (not dry run),
+with a release name unique to each test, and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from migctl.config import Config, load_config
+
+from .controlplane import ControlPlane, find_bin_dir
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "migctl"
+MANIFESTS = REPO / "deploy" / "manifests" / "migctl.yaml"
+KUBE_VERSION = "1.36"
+Obj = dict[str, Any]
+
+# Every optional part on, and non-default names, so the templates' other branches render and validate too.
+FULL = [
+    "--set", "fallback.enabled=true",
+    "--set", "agent.nodeRestriction.enabled=true",
+    "--set", "webhook.enabled=true",
+    "--set", "controller.serviceMonitor.enabled=true",
+    "--set", "controller.replicas=3",
+    "--set", "controller.podDisruptionBudget.minAvailable=2",
+    "--set", "agent.runtimeClassName=",
+    "--set", "config.controller.metrics_port=9090",
+    "--set", "config.controller.configmap_name=my-mig-config",
+    "--set", "config.controller.leader_election.lease_name=my-lease",
+    "--set", "config.planner.evictions=lower-priority",
+    "--set", "config.fallback.unit=512Mi",
+    "--set", "config.agent.health_port=9091",
+    "--set-json", 'agent.tolerations=[{"key":"dedicated","operator":"Equal","value":"gpu","effect":"NoExecute"}]',
+    "--set-json", 'controller.extraEnv=[{"name":"MIGCTL_CONTROLLER__DRY_RUN","value":"true"}]',
+]  # fmt: skip
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    bin_dir, why = find_bin_dir(REPO)
+    if bin_dir is None or not (bin_dir / "helm").exists():
+        pytest.skip(f"no helm: {why}")
+    return bin_dir / "helm"
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def render(helm: Path, *values: str, release: str = "migctl", namespace: str = "migctl") -> list[Obj]:
+    res = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION,
+                   *values)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def find(objs: list[Obj], kind: str, suffix: str = "") -> list[Obj]:
+    return [o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+
+
+def one(objs: list[Obj], kind: str, suffix: str = "") -> Obj:
+    found = find(objs, kind, suffix)
+    assert len(found) == 1, f"expected one {kind} *{suffix}, got {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+# -- lint, render, schema -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [[], FULL], ids=["defaults", "full"])
+def test_helm_lint(helm: Path, values: list[str]) -> None:
+    res = run_helm(helm, "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, *values)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_default_render_has_the_safe_shape(helm: Path) -> None:
+    objs = render(helm)
+    kinds = sorted({o["kind"] for o in objs})
+    assert kinds == sorted(
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "PodDisruptionBudget", "Role",
+         "RoleBinding", "Service", "ServiceAccount"]
+    )  # fmt: skip
+    assert not find(objs, "Deployment", "-fallback"), "the fallback is off by default"
+
+    ctl = one(objs, "Deployment", "-controller")["spec"]
+    assert ctl["replicas"] == 2
+    pod = ctl["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = pod["containers"][0]
+    assert c["args"] == ["run", "--config", "/etc/migctl/config.yaml"]
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+    }  # fmt: skip
+    assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+    ds = one(objs, "DaemonSet", "-agent")["spec"]["template"]["spec"]
+    assert ds["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert ds["runtimeClassName"] == "nvidia"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in ds["tolerations"]
+    agent = ds["containers"][0]
+    assert agent["securityContext"]["privileged"] is False
+    assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in agent["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "nvidia.com/gpu" not in str(agent["resources"]), "the agent must not take a GPU from workloads"
+
+
+def test_full_render_uses_the_values(helm: Path) -> None:
+    objs = render(helm, *FULL)
+    assert one(objs, "Deployment", "-controller")["spec"]["replicas"] == 3
+    c = one(objs, "Deployment", "-controller")["spec"]["template"]["spec"]["containers"][0]
+    assert c["ports"][0]["containerPort"] == 9090
+    assert one(objs, "Service", "-metrics")["spec"]["ports"][0]["port"] == 9090
+    assert one(objs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
+    fb = one(objs, "Deployment", "-fallback")["spec"]
+    assert fb["replicas"] == 1 and fb["strategy"] == {"type": "Recreate"}
+    assert "runtimeClassName" not in one(objs, "DaemonSet")["spec"]["template"]["spec"]
+    rules = [r for role in find(objs, "Role") for r in role["rules"]]
+    assert {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["my-mig-config"],
+            "verbs": ["get", "list", "watch", "update"]} in rules  # fmt: skip
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["my-lease"],
+            "verbs": ["get", "update"]} in rules  # fmt: skip
+    assert one(objs, "ValidatingAdmissionPolicy")
+
+
+@pytest.mark.parametrize("values", [[], FULL], ids=["defaults", "full"])
+def test_rendered_config_loads_in_migctl(helm: Path, tmp_path: Path, values: list[str]) -> None:
+    """The one config file the chart renders is what migctl's loader accepts, with the chart's namespace defaults,
+    and every component mounts it at the path its --config names."""
+    objs = render(helm, *values, namespace="ops")
+    path = tmp_path / "config.yaml"
+    path.write_text(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
+    cfg = load_config(path, environ={})
+    assert cfg.controller.configmap_namespace == "gpu-operator"
+    assert cfg.gpu_operator.configmap_namespace == "gpu-operator"
+    assert cfg.controller.leader_election.lease_namespace == "ops"
+    assert cfg.controller.leader_election.enabled is True
+    assert cfg.agent.health_port == (9091 if values else 8081)
+    assert cfg.fallback.unit == ("512Mi" if values else "1")
+    for workload in [*find(objs, "Deployment"), *find(objs, "DaemonSet")]:
+        pod = workload["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        assert c["args"][1:] == ["--config", "/etc/migctl/config.yaml"], workload["metadata"]["name"]
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
+        assert mount["mountPath"] == "/etc/migctl"
+        vol = next(v for v in pod["volumes"] if v["name"] == "config")
+        assert vol["configMap"]["items"] == [{"key": "config.yaml", "path": "config.yaml"}]
+
+
+def test_values_yaml_config_defaults_match_the_model() -> None:
+    """values.yaml spells out some Config defaults for readability; they must be the model's defaults."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    model = Config().model_dump(mode="json")
+
+    def walk(v: Any, m: Any, path: str) -> None:
+        if isinstance(v, dict):
+            for k, sub in v.items():
+                assert k in m, f"values.yaml config.{path}{k} is not a Config field"
+                walk(sub, m[k], f"{path}{k}.")
+        else:
+            assert v == m, f"values.yaml config.{path.rstrip('.')} = {v!r}, but the model's default is {m!r}"
+
+    walk(values["config"], model, "")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "config.controller.max_concurent_nodes=2"], "additional properties 'max_concurent_nodes'"),
+        (["--set", "config.controller.max_concurrent_nodes=0"], "/config/controller/max_concurrent_nodes"),
+        (["--set", "config.planner.evictions=all"], "/config/planner/evictions"),
+        (["--set", "config.controller.log_level=verbose"], "/config/controller/log_level"),
+        (["--set", "controller.replicas=-1"], "/controller/replicas"),
+        (["--set", "controller.replicas=two"], "/controller/replicas"),
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["--set", "config.agent.interval_seconds=-1"], "/config/agent/interval_seconds"),
+        (["--set", "agent.nodeSelecter.x=y"], "additional properties 'nodeSelecter'"),
+        (["--set", "config.fallback.resource=1"], "/config/fallback/resource"),
+        (["--set", "gpuOperator.namespace=GPU_Operator"], "/gpuOperator/namespace"),
+        (["--set", "controller.serviceMonitor.interval=often"], "/controller/serviceMonitor/interval"),
+        (["--set", "webhook.enabled=yes"], "/webhook/enabled"),
+        (["--set", "bogus=1"], "additional properties 'bogus'"),
+        # Template-level guards (not expressible in JSON Schema).
+        (["--set", "config.controller.leader_election.enabled=false"], "needs config.controller.leader_election"),
+        (["--set", "config.controller.metrics_port=0"], "metrics_port must be a fixed port"),
+    ],
+)
+def test_invalid_values_are_rejected(helm: Path, args: list[str], message: str) -> None:
+    res = run_helm(helm, "template", "migctl", str(CHART), "--kube-version", KUBE_VERSION, *args)
+    assert res.returncode != 0, f"{args} rendered without error"
+    assert message in res.stderr, res.stderr
+
+
+def test_single_replica_may_turn_leader_election_off(helm: Path) -> None:
+    objs = render(helm, "--set", "controller.replicas=1", "--set", "config.controller.leader_election.enabled=false")
+    assert not find(objs, "Role", "-leader-election"), "no Lease rights without leader election"
+
+
+def test_plain_manifests_match_the_chart(helm: Path) -> None:
+    """deploy/manifests/migctl.yaml is exactly the chart with default values (hack/render-manifests.sh)."""
+    res = subprocess.run(
+        [str(REPO / "hack" / "render-manifests.sh"), "--check"],
+        capture_output=True, text=True, timeout=60, check=False, env={"HELM": str(helm), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    committed = [d for d in yaml.safe_load_all(MANIFESTS.read_text()) if d]
+    assert committed == render(helm)
+
+
+# -- the real API server ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dynamic(api: client.ApiClient) -> DynamicClient:
+    return DynamicClient(api)
+
+
+@pytest.fixture
+def make_namespace(core: client.CoreV1Api) -> Iterator[Callable[[], str]]:
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"t-{uuid.uuid4().hex[:8]}"
+        core.create_namespace({"metadata": {"name": name}})
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        core.delete_namespace(name)
+
+
+@pytest.mark.parametrize("values", [[], FULL], ids=["defaults", "full"])
+def test_server_side_dry_run_of_every_object(
+    helm: Path, dynamic: DynamicClient, make_namespace: Callable[[], str], values: list[str]
+) -> None:
+    """kube-apiserver validates every rendered object (schemas, defaulting, RBAC escalation checks, CEL compilation
+    of the ValidatingAdmissionPolicy) without persisting anything."""
+    release_ns, operator_ns = make_namespace(), make_namespace()
+    release = f"m{uuid.uuid4().hex[:6]}"
+    objs = render(helm, *values, "--set", f"gpuOperator.namespace={operator_ns}", release=release,
+                  namespace=release_ns)  # fmt: skip
+    applied, skipped = [], []
+    for obj in objs:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            # No prometheus-operator CRDs in the test API server; the template is checked in test_full_render.
+            skipped.append(obj["kind"])
+            continue
+        res = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        ns = obj["metadata"].get("namespace")
+        assert (ns is not None) == res.namespaced, f"{obj['kind']} {obj['metadata']['name']}: namespace {ns!r}"
+        try:
+            dynamic.server_side_apply(res, body=obj, namespace=ns, field_manager="migctl-test", dry_run="All")
+        except Exception as e:  # report which object the API server refused and why
+            pytest.fail(f"API server rejected {obj['kind']} {obj['metadata']['name']}: {getattr(e, 'body', e)}")
+        applied.append(obj["kind"])
+    assert "Deployment" in applied and "DaemonSet" in applied and "ClusterRole" in applied
+    assert skipped == (["ServiceMonitor"] if values else [])
+    # Dry run persisted nothing.
+    assert not dynamic.resources.get(api_version="apps/v1", kind="Deployment").get(namespace=release_ns).items
+
+
+# -- RBAC with the real authorizer ----------------------------------------------------------------------
+
+
+class Release:
+    """The chart's ServiceAccounts and RBAC objects, created for real under a unique release name."""
+
+    def __init__(self, helm: Path, api: client.ApiClient, release_ns: str, operator_ns: str, *values: str) -> None:
+        self.api, self.ns, self.operator_ns = api, release_ns, operator_ns
+        self.name = f"m{uuid.uuid4().hex[:6]}"
+        self.objs = render(helm, "--set", f"gpuOperator.namespace={operator_ns}", *values, release=self.name,
+                           namespace=release_ns)  # fmt: skip
+        self.dynamic = DynamicClient(api)
+        self.created: list[tuple[Any, str, str | None]] = []
+        keep = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")  # fmt: skip
+        for obj in self.objs:
+            if obj["kind"] in keep:
+                res = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+                ns = obj["metadata"].get("namespace")
+                res.create(body=obj, namespace=ns)
+                self.created.append((res, obj["metadata"]["name"], ns))
+
+    def sa(self, component: str) -> str:
+        """The user name of the component's ServiceAccount (that component's SA need not be rendered)."""
+        return f"system:serviceaccount:{self.ns}:{self.name}-migctl-{component}"
+
+    def delete(self) -> None:
+        for res, name, ns in reversed(self.created):
+            with contextlib.suppress(Exception):  # best-effort cleanup of a throw-away release
+                res.delete(name=name, namespace=ns)
+
+
+def can(api: client.ApiClient, user: str, verb: str, resource: str, namespace: str = "", name: str = "",
+        group: str = "") -> bool:  # fmt: skip
+    """The real authorizer's answer for `user` (a ServiceAccount, with its groups) via SubjectAccessReview."""
+    resource, _, sub = resource.partition("/")
+    ns_of_sa = user.split(":")[2]
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{ns_of_sa}", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, subresource=sub or None, namespace=namespace or None,
+                name=name or None, group=group,
+            ),
+        )
+    )  # fmt: skip
+    out = client.AuthorizationV1Api(api).create_subject_access_review(review)
+    return bool(out.status.allowed)
+
+
+@pytest.fixture
+def release(
+    helm: Path, api: client.ApiClient, make_namespace: Callable[[], str], request: pytest.FixtureRequest
+) -> Iterator[Release]:
+    values: list[str] = getattr(request, "param", [])
+    rel = Release(helm, api, make_namespace(), make_namespace(), *values)
+    try:
+        yield rel
+    finally:
+        rel.delete()
+
+
+ALL_ON = ["--set", "fallback.enabled=true", "--set", "webhook.enabled=true"]
+
+
+@pytest.mark.parametrize("release", [ALL_ON], indirect=True, ids=["all-components"])
+def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
+    """Each component can do exactly what its code calls, and not the dangerous neighbours of it."""
+    ns, op = release.ns, release.operator_ns
+    other = "kube-system"
+    ctl, agent, fb, wh = (release.sa(c) for c in ("controller", "agent", "fallback", "webhook"))
+    C, L = "migctl-mig-parted-config", "default-mig-parted-config"  # noqa: N806
+    lease = ("coordination.k8s.io", "leases")
+    ADM = "admissionregistration.k8s.io"  # noqa: N806
+    # (user, verb, resource, namespace, name, group, expected)
+    matrix: list[tuple[str, str, str, str, str, str, bool]] = [
+        # controller: informers
+        (ctl, "list", "pods", "", "", "", True),
+        (ctl, "watch", "pods", "", "", "", True),
+        (ctl, "list", "nodes", "", "", "", True),
+        (ctl, "watch", "nodes", "", "", "", True),
+        (ctl, "get", "nodes", "", "n1", "", True),
+        (ctl, "watch", "namespaces", "", "", "", True),
+        # controller: writes
+        (ctl, "patch", "nodes", "", "n1", "", True),
+        (ctl, "create", "pods/eviction", "team-a", "p1", "", True),
+        (ctl, "create", "events", "team-a", "", "", True),
+        (ctl, "create", "events", "default", "", "", True),
+        # controller: its ConfigMap (by name, in the operator namespace) and the operator's (read only)
+        (ctl, "get", "configmaps", op, C, "", True),
+        (ctl, "list", "configmaps", op, C, "", True),
+        (ctl, "watch", "configmaps", op, C, "", True),
+        (ctl, "update", "configmaps", op, C, "", True),
+        (ctl, "create", "configmaps", op, "", "", True),
+        (ctl, "get", "configmaps", op, L, "", True),
+        (ctl, "watch", "configmaps", op, L, "", True),
+        # controller: its Lease
+        (ctl, "get", lease[1], ns, "migctl", lease[0], True),
+        (ctl, "update", lease[1], ns, "migctl", lease[0], True),
+        (ctl, "create", lease[1], ns, "", lease[0], True),
+        # controller: must not
+        (ctl, "get", "secrets", ns, "x", "", False),
+        (ctl, "list", "secrets", "", "", "", False),
+        (ctl, "delete", "pods", "team-a", "p1", "", False),
+        (ctl, "deletecollection", "pods", "team-a", "", "", False),
+        (ctl, "create", "pods", "team-a", "", "", False),
+        (ctl, "patch", "pods", "team-a", "p1", "", False),
+        (ctl, "update", "nodes", "", "n1", "", False),
+        (ctl, "delete", "nodes", "", "n1", "", False),
+        (ctl, "patch", "nodes/status", "", "n1", "", False),
+        (ctl, "create", "pods/binding", "team-a", "p1", "", False),
+        (ctl, "update", "configmaps", op, L, "", False),  # the operator's ConfigMap: read only
+        (ctl, "update", "configmaps", op, "some-other", "", False),
+        (ctl, "list", "configmaps", op, "", "", False),  # only with the metadata.name field selector
+        (ctl, "delete", "configmaps", op, C, "", False),
+        (ctl, "update", "configmaps", other, C, "", False),
+        (ctl, "create", "configmaps", other, "", "", False),
+        (ctl, "create", "configmaps", ns, "", "", False),
+        (ctl, "get", "configmaps", other, C, "", False),
+        (ctl, "update", lease[1], ns, "other-lease", lease[0], False),
+        (ctl, "update", lease[1], other, "migctl", lease[0], False),
+        (ctl, "delete", lease[1], ns, "migctl", lease[0], False),
+        # agent: one verb on nodes
+        (agent, "patch", "nodes", "", "gpu-1", "", True),
+        (agent, "get", "nodes", "", "gpu-1", "", False),
+        (agent, "update", "nodes", "", "gpu-1", "", False),
+        (agent, "delete", "nodes", "", "gpu-1", "", False),
+        (agent, "patch", "nodes/status", "", "gpu-1", "", False),
+        (agent, "get", "secrets", ns, "x", "", False),
+        (agent, "list", "pods", "", "", "", False),
+        (agent, "get", "pods", ns, "p", "", False),
+        (agent, "create", "pods/eviction", ns, "p", "", False),
+        (agent, "update", "configmaps", op, C, "", False),
+        # fallback: capacity on node status, annotate + bind + report pods
+        (fb, "list", "nodes", "", "", "", True),
+        (fb, "watch", "pods", "", "", "", True),
+        (fb, "patch", "nodes/status", "", "n1", "", True),
+        (fb, "patch", "pods", "team-a", "p1", "", True),
+        (fb, "create", "pods/binding", "team-a", "p1", "", True),
+        (fb, "patch", "pods/status", "team-a", "p1", "", True),
+        (fb, "create", "events", "team-a", "", "", True),
+        (fb, "delete", "pods", "team-a", "p1", "", False),
+        (fb, "create", "pods/eviction", "team-a", "p1", "", False),
+        (fb, "patch", "nodes", "", "n1", "", False),
+        (fb, "get", "secrets", "team-a", "x", "", False),
+        (fb, "update", "configmaps", op, C, "", False),
+        (fb, "update", lease[1], ns, "migctl", lease[0], False),
+        # webhook: its view of the cluster, its own MutatingWebhookConfiguration and TLS Secret (config.webhook names)
+        (wh, "list", "nodes", "", "", "", True),
+        (wh, "list", "pods", "", "", "", True),
+        (wh, "get", "pods", "team-a", "p1", "", True),
+        (wh, "list", "namespaces", "", "", "", True),
+        (wh, "create", "events", "team-a", "", "", True),
+        (wh, "get", "configmaps", op, L, "", True),
+        (wh, "get", "mutatingwebhookconfigurations", "", "migctl-webhook", ADM, True),
+        (wh, "update", "mutatingwebhookconfigurations", "", "migctl-webhook", ADM, True),
+        (wh, "update", "mutatingwebhookconfigurations", "", "someone-elses", ADM, False),
+        (wh, "create", "mutatingwebhookconfigurations", "", "", ADM, False),
+        (wh, "delete", "mutatingwebhookconfigurations", "", "migctl-webhook", ADM, False),
+        (wh, "update", "validatingwebhookconfigurations", "", "migctl-webhook", ADM, False),
+        (wh, "get", "secrets", ns, "migctl-webhook-tls", "", True),
+        (wh, "update", "secrets", ns, "migctl-webhook-tls", "", True),
+        (wh, "create", "secrets", ns, "", "", True),
+        (wh, "get", "secrets", ns, "other", "", False),
+        (wh, "list", "secrets", ns, "", "", False),
+        (wh, "get", "secrets", other, "migctl-webhook-tls", "", False),
+        (wh, "create", "secrets", other, "", "", False),
+        (wh, "patch", "pods", "team-a", "p1", "", False),
+        (wh, "update", "configmaps", op, L, "", False),
+        (wh, "patch", "nodes", "", "n1", "", False),
+    ]  # fmt: skip
+    wrong = [
+        f"{'CAN' if not want else 'CANNOT'} {user.rsplit('-', 1)[-1]}: {verb} {res}"
+        f"{' ns=' + nsx if nsx else ''}{' name=' + name if name else ''}"
+        for user, verb, res, nsx, name, group, want in matrix
+        if can(api, user, verb, res, nsx, name, group) != want
+    ]
+    assert not wrong, "RBAC differs from the intended matrix:\n" + "\n".join(wrong)
+
+
+def test_rbac_without_optional_components_grants_them_nothing(api: client.ApiClient, release: Release) -> None:
+    assert {o["metadata"]["name"] for o in find(release.objs, "ServiceAccount")} == {
+        f"{release.name}-migctl-controller", f"{release.name}-migctl-agent"
+    }
+    assert not find(release.objs, "ServiceAccount", "-fallback")
+    assert not find(release.objs, "ServiceAccount", "-webhook")
+    assert not can(api, release.sa("fallback"), "create", "pods/binding", "team-a", "p1")
+    assert can(api, release.sa("controller"), "patch", "nodes", "", "n1")
+
+
+def as_user(control_plane: ControlPlane, user: str, extra: dict[str, str] | None = None) -> client.ApiClient:
+    """An ApiClient whose requests the API server handles as `user` (admin impersonation)."""
+    api = control_plane.api_client()
+    api.set_default_header("Impersonate-User", user)
+    for key, value in (extra or {}).items():
+        api.set_default_header(f"Impersonate-Extra-{key.replace('/', '%2F')}", value)
+    return api
+
+
+def test_controller_configmap_rights_work_for_real_requests(
+    control_plane: ControlPlane, core: client.CoreV1Api, release: Release
+) -> None:
+    """The informer's name-selected list/watch, create, replace of migctl's ConfigMap succeed as the controller;
+    the GPU Operator's ConfigMap stays read-only; an unselected list and Secrets are refused."""
+    op, name = release.operator_ns, "migctl-mig-parted-config"
+    core.create_namespaced_config_map(op, {"metadata": {"name": "default-mig-parted-config"}, "data": {"a": "1"}})
+    with as_user(control_plane, release.sa("controller")) as api:
+        ctl = client.CoreV1Api(api)
+        ctl.create_namespaced_config_map(op, {"metadata": {"name": name}, "data": {"config.yaml": "version: v1\n"}})
+        listed = ctl.list_namespaced_config_map(op, field_selector=f"metadata.name={name}")
+        assert [i.metadata.name for i in listed.items] == [name]
+        cm = ctl.read_namespaced_config_map(name, op)
+        cm.data = {"config.yaml": "version: v1\nmig-configs: {}\n"}
+        ctl.replace_namespaced_config_map(name, op, cm)
+        base = ctl.read_namespaced_config_map("default-mig-parted-config", op)
+        for attempt, call in {
+            "list without a name selector": lambda: ctl.list_namespaced_config_map(op),
+            "replace the operator's ConfigMap": lambda: ctl.replace_namespaced_config_map(
+                "default-mig-parted-config", op, base
+            ),
+            "delete its own ConfigMap": lambda: ctl.delete_namespaced_config_map(name, op),
+            "list Secrets": lambda: ctl.list_namespaced_secret(op),
+            "create a ConfigMap elsewhere": lambda: ctl.create_namespaced_config_map(
+                release.ns, {"metadata": {"name": name}}
+            ),
+        }.items():
+            with pytest.raises(client.ApiException) as exc:
+                call()
+            assert exc.value.status == 403, f"{attempt}: {exc.value.status}"
+
+
+@pytest.mark.parametrize("release", [["--set", "agent.nodeRestriction.enabled=true"]], indirect=True,
+                         ids=["node-restriction"])  # fmt: skip
+def test_agent_node_restriction_policy(
+    control_plane: ControlPlane, core: client.CoreV1Api, release: Release
+) -> None:
+    """With agent.nodeRestriction on, the agent may change only migctl.io/gpus, only on its own node (the node
+    claim of its token, impersonated here as the kubelet-bound token would carry it)."""
+    own, neighbour = f"{release.name}-gpu-a", f"{release.name}-gpu-b"
+    for n in (own, neighbour):
+        core.create_node({"metadata": {"name": n, "labels": {"pool": "gpu"}}})
+    try:
+        with as_user(control_plane, release.sa("agent"), {"authentication.kubernetes.io/node-name": own}) as api:
+            agent = client.CoreV1Api(api)
+
+            def neighbour_refused() -> bool:
+                try:
+                    agent.patch_node(neighbour, {"metadata": {"annotations": {"migctl.io/gpus": "{}"}}})
+                except client.ApiException as e:
+                    return e.status in (403, 422) and "own node" in e.body
+                return False
+
+            deadline = time.monotonic() + 20  # the policy becomes active once the API server's informer syncs it
+            while not neighbour_refused():
+                assert time.monotonic() < deadline, "the ValidatingAdmissionPolicy never took effect"
+                time.sleep(0.2)
+            agent.patch_node(own, {"metadata": {"annotations": {"migctl.io/gpus": '{"v":1}'}}})
+            assert core.read_node(own).metadata.annotations["migctl.io/gpus"] == '{"v":1}'
+            for body in (
+                {"metadata": {"labels": {"pool": "stolen"}}},
+                {"metadata": {"annotations": {"other.io/x": "1"}}},
+                {"spec": {"unschedulable": True}},
+            ):
+                with pytest.raises(client.ApiException) as exc:
+                    agent.patch_node(own, body)
+                assert exc.value.status in (403, 422) and "only change the annotation" in exc.value.body, body
+    finally:
+        for n in (own, neighbour):
+            core.delete_node(n)

@@ -1,0 +1,97 @@
+"""The benchmark's exact reference (bench/exact.py): hand-checkable optima, and the planner never beats it."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("scipy")
+
+from bench import exact
+from bench.instances import random_instance
+from bench.quality import tiers_of
+from migctl.core.catalog import load_catalog
+from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
+from migctl.core.migparted import GpuConfig
+from migctl.core.planner import plan
+
+CATALOG = load_catalog()
+GIB_MIB = 1024
+
+
+def _node(name: str, model: str, layouts: list[dict[str, int]], **kw: object) -> Node:
+    gpus = tuple(Gpu(i, GpuConfig.mig(lay), {}, False) for i, lay in enumerate(layouts))
+    return Node(name=name, model=CATALOG.model(model), gpus=gpus, **kw)  # type: ignore[arg-type]
+
+
+def _vram(name: str, gib: int, priority: int = 0, cpu_m: int = 1000) -> Pod:
+    return Pod(
+        "ns", name, priority, requests=Resources(cpu_m, 2**30, 1), gpu=(GpuDemand("vram", vram_mib=gib * GIB_MIB),)
+    )
+
+
+def test_idle_h100_two_35gib_pods() -> None:
+    # Only 3g.40gb (40320 MiB), 4g.40gb (40448) and 7g.80gb (81152) hold 35 GiB = 35840 MiB, and a 7g takes the
+    # whole GPU: the best is 2×3g.40gb (waste 2×4480, unusable 81152-80640 = 512) or 3g+4g (4480+4608, 384),
+    # both 9472 MiB stranded.
+    snap = Snapshot((_node("n", "h100-80gb", [{"1g.10gb": 7}]),), (_vram("a", 35), _vram("b", 35)))
+    res = exact.solve(snap)
+    assert res.optimal
+    assert res.objective() == (2, 9472)
+    assert res.gpus_changed == 1
+    assert exact.verify(snap, res) == []
+
+
+def test_priority_is_lexicographic() -> None:
+    # One A100-40GB GPU set to 7g.40gb: the 30 GiB high-priority pod needs the 7g (3g.20gb is 20096 MiB), which
+    # leaves nothing for three 5 GiB pods that together would place more pods. Kept layout: no unusable cost.
+    pods = (_vram("hi", 30, priority=100), _vram("lo1", 5), _vram("lo2", 5), _vram("lo3", 5))
+    snap = Snapshot((_node("n", "a100-40gb", [{"7g.40gb": 1}]),), pods)
+    res = exact.solve(snap)
+    assert res.optimal
+    assert res.placed_by_priority == ((100, 1), (0, 0))
+    assert res.stranded_mib == 40320 - 30 * 1024
+    assert res.gpus_changed == 0
+
+
+def test_pool_node_and_cpu_limit() -> None:
+    # Per-GPU usage unknown: only the two free 1g.10gb instances count (no reconfiguration); 4 cores fit one
+    # 3-core pod. A frozen node's idle GPU cannot be reshaped to serve the profile it lacks.
+    pool = Node(
+        name="pool",
+        model=CATALOG.model("h100-80gb"),
+        allocatable=Resources(4000, 64 * 2**30, 110),
+        gpus=(Gpu(0, GpuConfig.mig({"1g.10gb": 7}), None, None), Gpu(1, GpuConfig.mig({"1g.10gb": 7}), None, None)),
+        mig_free={"1g.10gb": 2},
+        usage_known=False,
+    )
+    frozen = _node("frozen", "h100-80gb", [{"7g.80gb": 1}], frozen_reason="reconfiguration in progress")
+    pods = tuple(
+        Pod("ns", f"p{i}", requests=Resources(3000, 2**30, 1), gpu=(GpuDemand("profile", 1, "1g.10gb"),))
+        for i in range(3)
+    )
+    snap = Snapshot((pool, frozen), pods)
+    res = exact.solve(snap)
+    assert res.optimal
+    assert res.objective() == (1, 0)
+    assert plan(snap).objective() == (1, 0)
+
+
+def test_unsupported_multi_unit() -> None:
+    pod = Pod("ns", "two", gpu=(GpuDemand("profile", 2, "1g.10gb"),))
+    snap = Snapshot((_node("n", "h100-80gb", [{"1g.10gb": 7}]),), (pod,))
+    assert exact.supported(snap) is not None
+    assert exact.solve(snap).status == "unsupported"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_planner_never_beats_the_optimum(seed: int) -> None:
+    snap = random_instance(10_000 + seed, CATALOG, max_gpus=12, max_pods=40).snapshot(CATALOG)
+    res = exact.solve(snap, time_limit=30)
+    assert res.optimal
+    assert exact.verify(snap, res) == []
+    result = plan(snap)
+    planner_tiers = tiers_of(snap, {a.pod for a in result.assignments})
+    optimum_tiers = tuple(n for _, n in res.placed_by_priority)
+    assert planner_tiers <= optimum_tiers
+    if planner_tiers == optimum_tiers:
+        assert result.objective()[1] >= res.stranded_mib

@@ -1,0 +1,40 @@
+"""`migctl simulate`: the bundled default scenario runs quickly and prints every policy."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from migctl.cli import cli
+from migctl.sim.scenario import ALL_POLICIES
+
+
+def test_default_run_prints_the_comparison_table() -> None:
+    t0 = time.perf_counter()
+    res = CliRunner().invoke(cli, ["simulate", "--seeds", "42"])
+    assert res.exit_code == 0, res.output
+    assert time.perf_counter() - t0 < 30
+    for policy in ALL_POLICIES:
+        assert policy in res.output
+    assert "mapping: VRAM = gpu_milli/1000" in res.output
+
+
+def test_json_and_plots(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        cli,
+        ["simulate", "--seeds", "42", "--policies", "migctl,static-balanced,cont-fgd", "-o", "json", "--plot",
+         str(tmp_path)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert set(data["metrics"]) == {"migctl", "static-balanced", "cont-fgd"}
+    assert data["metrics"]["migctl"]["alloc_pct"]["mean"] > data["metrics"]["static-balanced"]["alloc_pct"]["mean"]
+    assert len(list(tmp_path.glob("*.png"))) == 2
+
+
+def test_unknown_policy_is_a_usage_error() -> None:
+    res = CliRunner().invoke(cli, ["simulate", "--policies", "nope"])
+    assert res.exit_code == 2
