@@ -31,7 +31,14 @@ class GpuOperatorSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    configmap_namespace: str = "gpu-operator"
-    configmap_name: str = "default-mig-parted-config"
-    configmap_key: str = "config.yaml"
+    configmap_namespace: str = Field(
+        "gpu-operator", description="Namespace of the GPU Operator's mig-parted ConfigMap."
+    )
+    configmap_name: str = Field(
+        "default-mig-parted-config",
+        description="The ConfigMap the current `nvidia.com/mig.config` labels are resolved in (read-only for migctl).",
+    )
+    configmap_key: str = Field(
+        "config.yaml", description="Key holding the mig-parted config (mig-manager requires it)."
+    )
     layout_annotation: str = Field("migctl.io/layout", description="migctl's record of a node's per-GPU layout.")
