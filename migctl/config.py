@@ -21,6 +21,7 @@ from migctl.agent.settings import AgentSettings
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError, from_validation_error
 from migctl.fallback.settings import FallbackSettings
+from migctl.webhook.settings import WebhookSettings
 
 ENV_PREFIX = "MIGCTL_"
 
@@ -169,6 +170,7 @@ class Config(BaseModel):
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     fallback: FallbackSettings = Field(default_factory=FallbackSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
     profiles_dirs: list[Path] = Field(default_factory=list, description="Extra catalog directories.")
 
 

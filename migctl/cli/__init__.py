@@ -14,6 +14,7 @@ from migctl.cli.plan import plan_command
 from migctl.cli.profiles import profiles
 from migctl.cli.run import run_command
 from migctl.cli.simulate import simulate_command
+from migctl.cli.webhook import webhook_command
 from migctl.errors import InputError, LayoutError
 
 
@@ -44,6 +45,7 @@ cli.add_command(simulate_command)
 cli.add_command(run_command)
 cli.add_command(agent_command)
 cli.add_command(fallback_command)
+cli.add_command(webhook_command)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.core.catalog import Catalog, load_catalog
+from migctl.core.cluster import Snapshot
 from migctl.core.geometry import describe
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
@@ -87,12 +88,15 @@ def plan_command(
     snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
     result = make_plan(snapshot, settings)
     fallback = fallback_section(objects, catalog, settings, cfg.fallback)
+    vram = vram_requests_section(objects, snapshot, settings, cfg.webhook)
     if output == "json":
-        emit_json({**result.to_dict(), "fallback": fallback})
+        emit_json({**result.to_dict(), "fallback": fallback, "vram_requests": vram})
         return
     click.echo(render_text(result, source, len(snapshot.nodes), explain, all_nodes))
     if fallback["nodes"] or fallback["pending_pods"]:
         click.echo("\n" + render_fallback(fallback, explain))
+    if vram:
+        click.echo("\n" + render_vram_requests(vram))
 
 
 def _cfg(c: GpuConfig) -> str:
@@ -191,4 +195,53 @@ def render_fallback(fb: dict[str, Any], explain: bool) -> str:
     lines.append(
         f"  fallback summary: placed {fb['pods_placed']}/{fb['pending_pods']} pods; stranded {fb['stranded_mib']} MiB"
     )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# VRAM-only pods: what `migctl webhook` would choose for them (docs/vram-requests.md).
+
+
+def vram_requests_section(
+    objects: list[dict[str, Any]], snapshot: Snapshot, planner: PlannerSettings, webhook: Any = None
+) -> list[dict[str, Any]]:
+    """The webhook's decision for each pending pod that asks for VRAM on the default scheduler.
+
+    Offline there are no namespace labels, so the namespace opt-out is not applied (the pod annotation is).
+    """
+    from migctl.core.vram_request import decide, offers_from_snapshot, vram_requests
+    from migctl.webhook.settings import WebhookSettings
+
+    settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
+    rules = settings.rules(planner)
+    offers = offers_from_snapshot(snapshot, planner)
+    out: list[dict[str, Any]] = []
+    for obj in objects:
+        if obj.get("kind") != "Pod":
+            continue
+        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        if spec.get("nodeName") or (status.get("phase") or "Pending") != "Pending" or meta.get("deletionTimestamp"):
+            continue
+        if spec.get("schedulerName") == rules.fallback_scheduler:
+            continue  # the fallback section shows these
+        wanted, problems = vram_requests(obj, rules)
+        if not wanted and not problems:
+            continue
+        pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+        out.append({"pod": pod, **decide(obj, offers, rules).to_dict()})
+    return out
+
+
+def render_vram_requests(rows: list[dict[str, Any]]) -> str:
+    """The VRAM-request part of the text plan: one line per pod."""
+    lines = [f"vram requests (what `migctl webhook` would choose): {len(rows)} pending pods"]
+    for r in rows:
+        if r["action"] == "rewrite":
+            what = ", ".join(f"{c['name']} {c['request']} -> {c['resource']}" for c in r["containers"])
+            where = {"free": f"free now on {r['node']}", "plannable": f"after a reshape on {r['node']}"}.get(
+                r["capacity"], "no capacity yet"
+            )
+            lines.append(f"  {r['pod']:<32} {what} on {r['model']} ({r['waste_mib']} MiB spare; {where})")
+        else:
+            lines.append(f"  {r['pod']:<32} {'rejected' if r['action'] == 'reject' else 'left alone'}: {r['reason']}")
     return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""AdmissionReview v1 in, AdmissionReview v1 out (a JSONPatch when the pod is rewritten). No I/O here.
+
+Only CREATE of core/v1 Pods is looked at (the webhook configuration asks for nothing else); anything else is
+allowed unchanged. A decision to reject becomes `allowed: false` with the message and HTTP-style code 403 in
+`status`, which kubectl prints as `admission webhook "..." denied the request: <message>`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from migctl.core.vram_request import CHOICE_ANNOTATION, ModelOffer, VramDecision, VramRules, apply, decide
+
+API_VERSION = "admission.k8s.io/v1"
+
+
+class BadReviewError(ValueError):
+    """The body is not an AdmissionReview v1 request (answered with HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The response body, and for the caller's Event: the decision and the pod as admitted (None: untouched)."""
+
+    response: dict[str, Any]
+    decision: VramDecision | None = None
+    pod: dict[str, Any] | None = None
+    dry_run: bool = False
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def json_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """RFC 6902 operations that turn `old` into `new`, at the granularity webhooks need.
+
+    Changed members of `metadata` and `spec` are written whole with `add` (which also replaces an existing
+    member); removed members get `remove`. Coarse, but exact and easy to check.
+    """
+    ops: list[dict[str, Any]] = []
+    for section in ("metadata", "spec"):
+        a, b = old.get(section), new.get(section)
+        if a == b:
+            continue
+        if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+            ops.append({"op": "add", "path": f"/{section}", "value": b})
+            continue
+        for key in sorted(set(a) | set(b)):
+            path = f"/{section}/{_escape(key)}"
+            if key not in b:
+                ops.append({"op": "remove", "path": path})
+            elif key not in a or a[key] != b[key]:
+                ops.append({"op": "add", "path": path, "value": b[key]})
+    return ops
+
+
+def apply_patch(doc: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Apply the two-level `add`/`remove` operations `json_patch` makes (for tests and `migctl plan`)."""
+    out: dict[str, Any] = json.loads(json.dumps(doc))
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).lstrip("/").split("/")]
+        target = out
+        for p in parts[:-1]:
+            target = target[p]
+        if op["op"] == "add":
+            target[parts[-1]] = json.loads(json.dumps(op["value"]))
+        elif op["op"] == "remove":
+            del target[parts[-1]]
+        else:
+            raise ValueError(f"unsupported op {op['op']!r}")
+    return out
+
+
+def _response(uid: str, allowed: bool = True, **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": allowed, **extra}}
+
+
+def review(
+    body: Any,
+    offers: Sequence[ModelOffer],
+    rules: VramRules,
+    namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _ns: None,
+) -> Outcome:
+    """Answer one AdmissionReview. Raises BadReviewError for a body that is not one."""
+    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
+        raise BadReviewError("expected an AdmissionReview object")
+    if body.get("apiVersion") != API_VERSION:
+        raise BadReviewError(f"expected apiVersion {API_VERSION}, got {body.get('apiVersion')!r}")
+    req = body.get("request")
+    if not isinstance(req, Mapping) or not req.get("uid"):
+        raise BadReviewError("request.uid missing")
+    uid = str(req["uid"])
+    kind = req.get("kind") or {}
+    pod = req.get("object")
+    if (
+        req.get("operation") != "CREATE"
+        or kind.get("kind") != "Pod"
+        or kind.get("group", "") != ""
+        or req.get("subResource")
+        or not isinstance(pod, Mapping)
+    ):
+        return Outcome(_response(uid))
+    namespace = str(req.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+    decision = decide(pod, offers, rules, namespace_labels(namespace))
+    dry_run = bool(req.get("dryRun"))
+    if decision.action == "leave":
+        return Outcome(_response(uid), decision, None, dry_run)
+    if decision.action == "reject":
+        status = {"code": 403, "reason": "Forbidden", "message": decision.message}
+        return Outcome(_response(uid, False, status=status), decision, None, dry_run)
+    new = apply(pod, decision, rules)
+    if not (pod.get("metadata") or {}).get("name"):  # generateName: the Event sender finds the pod by this uid
+        annotations = new["metadata"]["annotations"]
+        record = json.loads(annotations[CHOICE_ANNOTATION])
+        record["admission"] = uid
+        annotations[CHOICE_ANNOTATION] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    patch = json_patch(pod, new)
+    encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    return Outcome(_response(uid, True, patchType="JSONPatch", patch=encoded), decision, new, dry_run)

@@ -1,0 +1,178 @@
+"""Events on rewritten pods, sent after admission.
+
+At admission the pod does not exist yet: it has no uid, and a pod made from `generateName` (every Deployment's)
+has no name either. So the webhook queues the Event and a worker sends it once the pod exists, with the pod's
+uid in `involvedObject`, so `kubectl describe pod` shows it. A named pod is read by name; a generateName pod is
+found by the admission request uid the webhook wrote into its `migctl.io/vram-choice` annotation. A pod that
+never appears within `event_wait_s` (a later webhook rejected it, or it was a dry run) gets no Event; the
+decision is logged either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from migctl.core.vram_request import CHOICE_ANNOTATION
+from migctl.webhook.kube import KubeCallError, NotFound, Obj
+
+log = logging.getLogger(__name__)
+COMPONENT = "migctl-webhook"
+REASON = "MigctlVramProfile"
+
+
+class EventApi(Protocol):
+    def read_pod(self, namespace: str, name: str) -> Obj: ...
+    def list_pods(self, namespace: str) -> list[Obj]: ...
+    def create_event(self, namespace: str, body: Obj) -> None: ...
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    namespace: str
+    name: str  # "" for a generateName pod
+    generate_name: str
+    request_uid: str
+    message: str
+    deadline: float
+
+
+def _admission_uid(pod: Obj) -> str:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CHOICE_ANNOTATION, "")
+    try:
+        return str(json.loads(raw).get("admission", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
+class EventSender:
+    """A bounded queue and one worker thread; `sent` keeps the last Events for tests and debugging."""
+
+    def __init__(
+        self,
+        kube: EventApi,
+        wait_s: float = 10.0,
+        poll_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+        self.clock = clock
+        self.queue: queue.Queue[PendingEvent] = queue.Queue(maxsize=1000)
+        self.sent: list[tuple[str, str]] = []  # (namespace/name, message)
+        self.host = socket.gethostname()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, namespace: str, pod: Obj, request_uid: str, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        item = PendingEvent(
+            namespace,
+            str(meta.get("name") or ""),
+            str(meta.get("generateName") or ""),
+            request_uid,
+            message,
+            self.clock() + self.wait_s,
+        )
+        try:
+            self.queue.put_nowait(item)
+        except queue.Full:
+            log.warning("event queue full; no Event for %s/%s: %s", namespace, item.name or item.generate_name, message)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="migctl-webhook-events", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        waiting: list[PendingEvent] = []
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Empty):
+                waiting.append(self.queue.get(timeout=self.poll_s if waiting else 0.5))
+            while True:  # everything queued now, then one pass over the API
+                try:
+                    waiting.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            waiting = [e for e in waiting if not self.try_send(e)]
+
+    def try_send(self, e: PendingEvent) -> bool:
+        """Send the Event if the pod exists now; True when done with it (sent, or given up)."""
+        try:
+            pod = self._find(e)
+        except KubeCallError as err:
+            log.debug("looking for pod %s/%s: %s", e.namespace, e.name or e.generate_name, err)
+            pod = None
+        if pod is None:
+            if self.clock() >= e.deadline:
+                log.info(
+                    "pod %s/%s did not appear within %.0f s; no Event (%s)",
+                    e.namespace,
+                    e.name or e.generate_name + "*",
+                    self.wait_s,
+                    e.message,
+                )
+                return True
+            return False
+        self._emit(e.namespace, pod, e.message)
+        return True
+
+    def _find(self, e: PendingEvent) -> Obj | None:
+        if e.name:
+            try:
+                return self.kube.read_pod(e.namespace, e.name)
+            except NotFound:
+                return None
+        for pod in self.kube.list_pods(e.namespace):
+            name = str((pod.get("metadata") or {}).get("name") or "")
+            if name.startswith(e.generate_name) and _admission_uid(pod) == e.request_uid:
+                return pod
+        return None
+
+    def _emit(self, namespace: str, pod: Obj, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name"))
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": meta.get("uid"),
+            },
+            "reason": REASON,
+            "message": message[:1024],
+            "type": "Normal",
+            "source": {"component": COMPONENT, "host": self.host},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.host[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.kube.create_event(namespace, body)
+        except KubeCallError as err:
+            log.warning("event for pod %s/%s not sent: %s", namespace, name, err)
+            return
+        self.sent.append((f"{namespace}/{name}", message))
+        del self.sent[:-200]
