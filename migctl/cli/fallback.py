@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
+from migctl.cli.output import stop_on_signals
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.core.catalog import load_catalog
@@ -53,11 +51,5 @@ def fallback_command(
             )
         )
         return
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = stop_on_signals()
     scheduler.serve(stop)

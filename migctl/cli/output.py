@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any, NoReturn
 
 import click
@@ -29,3 +32,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGTERM (the kubelet stopping the pod) and SIGINT set: long-running commands stop cleanly."""
+    stop = threading.Event()
+
+    def _set(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _set)
+    signal.signal(signal.SIGINT, _set)
+    return stop

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 from pydantic import ValidationError
 
+from migctl.cli.output import stop_on_signals
 from migctl.config import load_config
 from migctl.errors import MigctlError, from_validation_error
 
@@ -51,13 +49,7 @@ def run_command(
         api = api_client(str(kubeconfig) if kubeconfig else None, context)
     except MigctlError as e:
         raise click.ClickException(str(e)) from e
-    done = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    done = stop_on_signals()
     ctl = Controller(cfg, api)
     ctl.start()
     try:

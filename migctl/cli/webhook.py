@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
 
+from migctl.cli.output import stop_on_signals
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import Config, load_config
 from migctl.webhook.settings import WebhookSettings
@@ -47,13 +45,7 @@ def webhook_command(
         cfg.planner,
         cfg.gpu_operator,
     )
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = stop_on_signals()
     app.serve(stop)
 
 

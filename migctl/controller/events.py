@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 import socket
-import uuid
-from datetime import UTC, datetime
 
+from migctl.adapters.events import event_body
 from migctl.controller.errors import KubeError
 from migctl.controller.kubeapi import KubeApi, Obj
 
@@ -28,10 +27,6 @@ EVICTED = "MigctlEvicted"
 RECONFIGURED = "MigctlReconfigured"
 ROLLED_BACK = "MigctlRolledBack"
 NEEDS_ATTENTION = "MigctlNeedsAttention"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_ref(name: str, uid: str | None = None) -> Obj:
@@ -56,22 +51,7 @@ class EventSink:
 
     def emit(self, ref: Obj, reason: str, message: str, warning: bool = False) -> None:
         namespace = ref.get("namespace") or "default"
-        now = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{ref['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-            "involvedObject": ref,
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": COMPONENT, "host": self.instance},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.instance[:128],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(ref, reason, message, COMPONENT, self.instance, warning)
         what = f"{ref['kind']} {namespace + '/' if ref['kind'] == 'Pod' else ''}{ref['name']}"
         self.sent.append((what, reason, message))
         del self.sent[:-500]

@@ -17,12 +17,11 @@ import queue
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+from migctl.adapters.events import event_body
 from migctl.core.vram_request import CHOICE_ANNOTATION
 from migctl.webhook.kube import KubeCallError, NotFound, Obj
 
@@ -147,28 +146,8 @@ class EventSender:
     def _emit(self, namespace: str, pod: Obj, message: str) -> None:
         meta = pod.get("metadata") or {}
         name = str(meta.get("name"))
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": meta.get("uid"),
-            },
-            "reason": REASON,
-            "message": message[:1024],
-            "type": "Normal",
-            "source": {"component": COMPONENT, "host": self.host},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.host[:128],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": meta.get("uid")}
+        body = event_body(involved, REASON, message, COMPONENT, self.host)
         try:
             self.kube.create_event(namespace, body)
         except KubeCallError as err:

@@ -12,9 +12,9 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -29,9 +29,9 @@ from migctl.core.naming import resource_name
 
 from .gpunodes import create_gpu_node
 from .sim_gpu_operator import FAILED, SUCCESS, SimGpuOperator
+from .waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-T = TypeVar("T")
 
 CM = "migctl-mig-parted-config"
 SEED = "seed-mig-parted-config"
@@ -39,17 +39,6 @@ TAINT = "migctl.io/reconfiguring"
 GROUP = "migctl.test/group"
 ALL_1G = "all-1g.10gb"
 TARGET_3G = {0: GpuConfig.mig({"3g.40gb": 2})}  # what two pending 3g.40gb pods on an idle H100 get
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def config_for(namespace: str, **controller: Any) -> Config:

@@ -471,7 +471,8 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
 
 def test_rbac_without_optional_components_grants_them_nothing(api: client.ApiClient, release: Release) -> None:
     assert {o["metadata"]["name"] for o in find(release.objs, "ServiceAccount")} == {
-        f"{release.name}-migctl-controller", f"{release.name}-migctl-agent"
+        f"{release.name}-migctl-controller",
+        f"{release.name}-migctl-agent",
     }
     assert not find(release.objs, "ServiceAccount", "-fallback")
     assert not find(release.objs, "ServiceAccount", "-webhook")
@@ -522,9 +523,7 @@ def test_controller_configmap_rights_work_for_real_requests(
 
 @pytest.mark.parametrize("release", [["--set", "agent.nodeRestriction.enabled=true"]], indirect=True,
                          ids=["node-restriction"])  # fmt: skip
-def test_agent_node_restriction_policy(
-    control_plane: ControlPlane, core: client.CoreV1Api, release: Release
-) -> None:
+def test_agent_node_restriction_policy(control_plane: ControlPlane, core: client.CoreV1Api, release: Release) -> None:
     """With agent.nodeRestriction on, the agent may change only migctl.io/gpus, only on its own node (the node
     claim of its token, impersonated here as the kubelet-bound token would carry it)."""
     own, neighbour = f"{release.name}-gpu-a", f"{release.name}-gpu-b"

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client, watch
@@ -22,23 +22,13 @@ from migctl.fallback.scheduler import FallbackScheduler
 from migctl.fallback.settings import FallbackSettings
 
 from .controlplane import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
+from .waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-T = TypeVar("T")
 GIB = 2**30
 MIB = 2**20
 T4_MIB = 15360
 RESOURCE = "migctl.io/vram"
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def t4_node(core: client.CoreV1Api, name: str, group: str, gpus: int = 2) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -21,22 +21,11 @@ from migctl.core.naming import WHOLE_GPU_RESOURCE, resource_name
 
 from .gpunodes import MIG_CONFIG_LABEL, advertised, allocatable, catalog, create_gpu_node
 from .sim_gpu_operator import FAILED, PENDING, SUCCESS, Outcome, SimGpuOperator, wait_for_state
+from .waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-T = TypeVar("T")
 CM_NAME = "custom-mig-parted-config"
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1) -> T:
-    """Poll `fn` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def pod_body(

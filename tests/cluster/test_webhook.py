@@ -10,11 +10,10 @@ tests in the session never pass through it, and it is deleted at teardown.
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -28,22 +27,11 @@ from migctl.webhook.events import REASON
 from migctl.webhook.settings import WebhookSettings
 
 from .gpunodes import create_gpu_node
+from .waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-T = TypeVar("T")
 VRAM = "migctl.io/vram"
 H100 = "NVIDIA-H100-80GB-HBM3"
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def vram_pod(name: str, vram: str = "7Gi", *, generate: bool = False) -> dict[str, Any]:
@@ -159,17 +147,19 @@ def test_vram_pod_rewritten_scheduled_and_running(
 
     running = wait_for(
         "the pod to be bound and Running",
-        lambda: (p := core.read_namespaced_pod("train", namespace)).spec.node_name == node
-        and p.status.phase == "Running"
-        and p,
+        lambda: (
+            (p := core.read_namespaced_pod("train", namespace)).spec.node_name == node
+            and p.status.phase == "Running"
+            and p
+        ),
     )
     assert running.spec.node_name == node
 
     events = wait_for(
         "the webhook's Event on the pod",
-        lambda: core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name=train,reason={REASON}"
-        ).items,
+        lambda: (
+            core.list_namespaced_event(namespace, field_selector=f"involvedObject.name=train,reason={REASON}").items
+        ),
         timeout=20,
         interval=0.3,
     )
@@ -182,9 +172,11 @@ def test_vram_pod_rewritten_scheduled_and_running(
     assert _mutated(gen)
     gen_events = wait_for(
         "the Event on the generateName pod",
-        lambda: core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={gen.metadata.name},reason={REASON}"
-        ).items,
+        lambda: (
+            core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={gen.metadata.name},reason={REASON}"
+            ).items
+        ),
         timeout=20,
         interval=0.3,
     )
@@ -208,9 +200,7 @@ def test_too_large_request_rejected_with_the_reason(
         core.read_namespaced_pod("giant", namespace)
 
 
-def test_opted_out_namespace_untouched(
-    env: Env, core: client.CoreV1Api, namespace: str, node_names: list[str]
-) -> None:
+def test_opted_out_namespace_untouched(env: Env, core: client.CoreV1Api, namespace: str, node_names: list[str]) -> None:
     _h100_node(core, node_names, namespace, {"1g.10gb": 7})
     env.webhook.view.refresh()
     _wait_until_mutating(env, core, namespace)  # the webhook is live for the other namespace...
