@@ -38,7 +38,7 @@ Layout = CanonicalLayout
 # (strategy preference, scarce-kind use, stranded MiB, evictions, GPUs reconfigured, nodes touched,
 #  -usefulness of what stays free)
 Cost = tuple[int, int, int, int, int, int, int]
-STRATEGIES = ("stranded-first", "pressure-first", "existing-first", "no-changes")
+STRATEGIES = ("stranded-first", "pack-first", "pressure-first", "existing-first", "no-changes")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -375,10 +375,20 @@ class Planner:
         self.choice_memo[key] = out
         return out
 
-    def _cost(self, pod: Pod, demand: GpuDemand, mib: int, opt: _Option) -> Cost:
+    def _cost(self, pod: Pod, demand: GpuDemand, mib: int, opt: _Option, kind: str, profile: str) -> Cost:
         waste = mib - need_mib(demand, mib, pod.need_mib)
         prefer = 1 if opt.reconfigure and self.strategy == "existing-first" else 0
-        return (prefer, 0, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
+        share = self._share(kind, profile) if self.strategy == "pack-first" else 0
+        return (prefer, share, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
+
+    def _share(self, kind: str, profile: str) -> int:
+        """`pack-first`: per mille of a GPU an instance takes (memory slices and compute slices averaged), so
+        each pod takes the least of the GPU it can and more pods fit."""
+        model = self.models.get(kind)
+        if model is None or profile == WHOLE_GPU:
+            return 1000
+        p = model.profile(profile)
+        return 500 * p.memory_slices // model.placement_units + 500 * p.compute_slices // model.compute_slices
 
     def _reconf_unit(self, pod: Pod, demand: GpuDemand, slot: _Slot, kid: int, cid: int) -> _Candidate | None:
         """Cheapest reshaping option for one unit on GPUs in state `kid` (memoised per state and demand class)."""
@@ -390,7 +400,7 @@ class Planner:
             opt = self._reconf_option(slot, profile)
             if opt is None:
                 continue
-            cand: _Candidate = (self._cost(pod, demand, mib, opt), 0.0, slot, profile, mib, opt)
+            cand: _Candidate = (self._cost(pod, demand, mib, opt, slot.kind, profile), 0.0, slot, profile, mib, opt)
             if best is None or (cand[0], profile) < (best[0], best[3]):
                 best = cand
         self.unit_memo[memo_key] = best
@@ -403,7 +413,14 @@ class Planner:
             for opt in (self._existing_option(slot, profile), self._compute_reconf(slot, profile)):
                 if opt is None:
                     continue
-                cand: _Candidate = (self._cost(pod, demand, mib, opt), slot.order, slot, profile, mib, opt)
+                cand: _Candidate = (
+                    self._cost(pod, demand, mib, opt, slot.kind, profile),
+                    slot.order,
+                    slot,
+                    profile,
+                    mib,
+                    opt,
+                )
                 if best is None or (cand[0], cand[1], profile) < (best[0], best[1], best[3]):
                     best = cand
         return best
@@ -461,7 +478,7 @@ class Planner:
                     continue
                 useful, slot = top
                 opt = _Option(0, 0, 0, useful, False, slot.mig)
-                cost = self._protected(self._cost(pod, demand, mib, opt), pod, kind)
+                cost = self._protected(self._cost(pod, demand, mib, opt, kind, profile), pod, kind)
                 cand: _Candidate = (cost, slot.order, slot, profile, mib, opt)
                 if best is None or cand[:2] < best[:2]:
                     best = cand
@@ -909,7 +926,8 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     """Plan MIG layouts for a snapshot: pure, deterministic, no I/O.
 
     The greedy `stranded-first` pass usually places every pod that can be placed at all. When it leaves pods
-    that some GPU in their reach could serve, three more passes run and the best plan by the objective wins:
+    that some GPU in their reach could serve, four more passes run and the best plan by the objective wins:
+    `pack-first` (each pod takes the smallest share of a GPU it can),
     `pressure-first` (pods that fit several GPU kinds avoid kinds that single-kind pods still need),
     `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including `no-changes`
     guarantees a plan never places fewer pods of any priority than leaving the layouts alone.
