@@ -25,7 +25,7 @@ Families
   used the GPU are skipped); mixed clusters; the data has no priority or CPU columns, so those are synthetic.
 * `miso` (W3): per-job MiB of MISO's `memory.json` joined with `job_models.json`, on A100-40GB clusters.
 
-Trace files are read from `$MIGCTL_BENCH_DATA` (default `/work/shared/data`); `trace_available()` says whether
+Trace files are read from `$MIGCTL_BENCH_DATA` (default `../shared/data` beside the checkout); `trace_available()` says whether
 they are there.
 """
 
@@ -64,7 +64,7 @@ TRACE_FAMILIES = ("openb-frac", "openb-abs", "genai-peak", "miso")
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("MIGCTL_BENCH_DATA", "/work/shared/data"))
+    return Path(os.environ.get("MIGCTL_BENCH_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")))
 
 
 def trace_available() -> bool:
