@@ -25,8 +25,8 @@ Families
   used the GPU are skipped); mixed clusters; the data has no priority or CPU columns, so those are synthetic.
 * `miso` (W3): per-job MiB of MISO's `memory.json` joined with `job_models.json`, on A100-40GB clusters.
 
-Trace files are read from `$MIGCTL_BENCH_DATA` (default `../shared/data` beside the checkout); `trace_available()` says whether
-they are there.
+Trace files are read from `$MIGCTL_BENCH_DATA` (default `../shared/data` beside the checkout);
+`trace_available()` says whether they are there.
 """
 
 from __future__ import annotations
