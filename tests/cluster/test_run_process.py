@@ -1,0 +1,85 @@
+"""`migctl run` as a real process against the real API server: it starts, reports ready, takes the Lease, and
+stops cleanly on SIGTERM (what the kubelet sends). The in-process tests (test_controller_e2e.py) cover behaviour;
+this covers the command-line wiring, config loading and signal handling they bypass."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from .controlplane import ControlPlane
+from .waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return int(r.status)
+    except OSError:
+        return None
+
+
+def test_run_process_starts_leads_and_stops_on_sigterm(
+    control_plane: ControlPlane, core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    port = _free_port()
+    lease = f"migctl-{namespace}"
+    config = tmp_path / "migctl.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "gpu_operator": {"configmap_namespace": namespace},
+                "controller": {
+                    "configmap_namespace": namespace,
+                    "metrics_port": port,
+                    "metrics_address": "127.0.0.1",
+                    "log_format": "json",
+                    "leader_election": {"lease_name": lease, "lease_namespace": namespace},
+                },
+            }
+        )
+    )
+    exe = shutil.which("migctl", path=str(Path(sys.executable).parent)) or "migctl"
+    proc = subprocess.Popen(
+        [exe, "run", "--config", str(config), "--kubeconfig", str(control_plane.kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for("/healthz 200", lambda: _get(f"http://127.0.0.1:{port}/healthz") == 200, timeout=30)
+        wait_for("/readyz 200", lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, timeout=30)
+        holder = wait_for(
+            "the Lease to name a holder",
+            lambda: (
+                client.CoordinationV1Api(core.api_client).read_namespaced_lease(lease, namespace).spec.holder_identity
+            ),
+            timeout=30,
+        )
+        assert holder
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-2000:]
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert lines, "expected JSON log lines (controller.log_format: json)"
