@@ -38,6 +38,8 @@ Layout = CanonicalLayout
 # (strategy preference, scarce-kind use, stranded MiB, evictions, GPUs reconfigured, nodes touched,
 #  -usefulness of what stays free)
 Cost = tuple[int, int, int, int, int, int, int]
+# Extra passes that move pods left out by the best pass to the front of their priority ("squeaky wheel").
+SQUEAKY_ROUNDS = 4
 STRATEGIES = ("stranded-first", "pack-first", "pressure-first", "existing-first", "no-changes")
 
 
@@ -154,8 +156,13 @@ class Planner:
     """
 
     def __init__(
-        self, snapshot: Snapshot, settings: PlannerSettings | None = None, strategy: str = "stranded-first"
+        self,
+        snapshot: Snapshot,
+        settings: PlannerSettings | None = None,
+        strategy: str = "stranded-first",
+        boost: frozenset[str] = frozenset(),
     ) -> None:
+        self.boost = boost  # pods taken first within their priority (pods an earlier pass left out)
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown planner strategy {strategy!r}")
         self.strategy = strategy
@@ -754,7 +761,14 @@ class Planner:
     def run(self) -> Plan:
         pending = sorted(
             self.snapshot.pending,
-            key=lambda p: (-p.priority, self._flexibility(p), -self._size(p), p.created, p.key),
+            key=lambda p: (
+                -p.priority,
+                p.key not in self.boost,
+                self._flexibility(p),
+                -self._size(p),
+                p.created,
+                p.key,
+            ),
         )
         for p in pending:
             kinds = [k for k in self.sig_kinds[self._sig(p)] if all(self._choices(k, d) for d in p.gpu)]
@@ -930,7 +944,9 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     `pack-first` (each pod takes the smallest share of a GPU it can),
     `pressure-first` (pods that fit several GPU kinds avoid kinds that single-kind pods still need),
     `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including `no-changes`
-    guarantees a plan never places fewer pods of any priority than leaving the layouts alone.
+    guarantees a plan never places fewer pods of any priority than leaving the layouts alone. Then, "squeaky
+    wheel": the pods the latest pass left out go first within their priority in another pass of the best
+    strategy, a few rounds, keeping the best plan.
     """
     first = Planner(snapshot, settings)
     best = first.run()
@@ -939,9 +955,21 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     if all(p.key in placed or p.key in hopeless for p in snapshot.pending):
         return best
     best_rank = rank(best, snapshot)
+    best_strategy = STRATEGIES[0]
     for strategy in STRATEGIES[1:]:
         other = Planner(snapshot, settings, strategy).run()
         other_rank = rank(other, snapshot)
         if other_rank < best_rank:
-            best, best_rank = other, other_rank
+            best, best_rank, best_strategy = other, other_rank, strategy
+    boost: set[str] = set()
+    latest = best
+    for _ in range(SQUEAKY_ROUNDS):
+        left = {p.key for p in snapshot.pending} - {a.pod for a in latest.assignments} - hopeless
+        if not left or left <= boost:
+            break
+        boost |= left
+        latest = Planner(snapshot, settings, best_strategy, frozenset(boost)).run()
+        latest_rank = rank(latest, snapshot)
+        if latest_rank < best_rank:
+            best, best_rank = latest, latest_rank
     return best
