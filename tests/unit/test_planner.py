@@ -221,3 +221,15 @@ def test_every_target_serves_its_assignments(model: str) -> None:
                 need[a["profile"]] = need.get(a["profile"], 0) + 1
         for prof, c in need.items():
             assert g["target"].get(prof, 0) >= c
+
+
+def test_left_out_pod_goes_first_in_a_later_pass() -> None:
+    """The greedy gives the first node (name order) to the big-GPU pod; the CPU-heavy pod then fits nowhere. A
+    squeaky-wheel pass takes the left-out pod first, and both fit."""
+    roomy = node("n1", "h100-80gb", [{"7g.80gb": 1}], cpu_m=16_000)
+    tight = node("n2", "h100-80gb", [{"7g.80gb": 1}], cpu_m=2_000)
+    big_gpu = Pod("ns", "big-gpu", requests=Resources(1_000, 0, 1), gpu=mig("x", "7g.80gb").gpu)
+    big_cpu = Pod("ns", "big-cpu", requests=Resources(8_000, 0, 1), gpu=mig("y", "3g.40gb").gpu)
+    got = assigned(run([roomy, tight], [big_gpu, big_cpu]))
+    assert got["ns/big-cpu"][0] == "n1"
+    assert got["ns/big-gpu"][0] == "n2"
