@@ -28,10 +28,10 @@ from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical, geometry
+from migctl.core.improve import Bin, Box, Item, LocalSearch, Shapes
 from migctl.core.migparted import GpuConfig
 from migctl.core.placement import signature, static_misfit, tally
 from migctl.core.plan import Assignment, Eviction, GpuPlan, NodePlan, Plan, Summary, Unplaced
-from migctl.core.repack import repack
 from migctl.core.settings import PlannerSettings
 
 Layout = CanonicalLayout
@@ -40,7 +40,11 @@ Layout = CanonicalLayout
 Cost = tuple[int, int, int, int, int, int, int]
 # Extra passes that move pods left out by the best pass to the front of their priority ("squeaky wheel").
 SQUEAKY_ROUNDS = 4
-STRATEGIES = ("stranded-first", "pack-first", "pressure-first", "existing-first", "no-changes")
+# Fit checks the local search may spend: a base plus a share per pending pod (a count, so plans stay deterministic).
+IMPROVE_BUDGET = 20_000
+IMPROVE_BUDGET_PER_POD = 500
+IMPROVE_MAX = 400_000
+STRATEGIES = ("stranded-first", "pack-first", "pressure-first", "demand-first", "existing-first", "no-changes")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -161,6 +165,7 @@ class Planner:
         settings: PlannerSettings | None = None,
         strategy: str = "stranded-first",
         boost: frozenset[str] = frozenset(),
+        shapes: dict[str, Shapes] | None = None,
     ) -> None:
         self.boost = boost  # pods taken first within their priority (pods an earlier pass left out)
         if strategy not in STRATEGIES:
@@ -184,10 +189,13 @@ class Planner:
         self.grow_memo: dict[int, bool] = {}
         self.unit_memo: dict[tuple[int, int], _Candidate | None] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
-        self.repack_memo: dict[tuple[object, ...], tuple[Layout, list[str], int] | None] = {}
+        self.shapes = {} if shapes is None else shapes  # shared by the passes of one `plan()`: fits are memoised
         self.pod_kinds: dict[str, int] = {}
         self.rigid_kind: dict[str, str] = {}
         self.rigid_left: Counter[str] = Counter()  # MiB still needed by pods that fit only this kind
+        # `demand-first`: MiB every pod still to place needs, spread evenly over the kinds that can serve it
+        self.demand_left: Counter[str] = Counter()
+        self.demand_share: dict[str, list[tuple[str, int]]] = {}
         self.cap_left: Counter[str] = Counter()  # MiB this kind can still offer (idle GPUs, free instances)
         self.assignments: list[Assignment] = []
         self.evictions: list[Eviction] = []
@@ -515,9 +523,10 @@ class Planner:
     def _protect(self, pod: Pod, kind: str) -> int:
         """`pressure-first` only: how much of a GPU kind's remaining capacity pods with no other choice still
         need (percent). A pod that fits several kinds then goes where it crowds out the fewest such pods."""
-        if self.strategy != "pressure-first" or self.pod_kinds.get(pod.key, 0) <= 1:
+        if self.strategy not in ("pressure-first", "demand-first") or self.pod_kinds.get(pod.key, 0) <= 1:
             return 0
-        return min(1000, self.rigid_left[kind] * 100 // max(1, self.cap_left[kind]))
+        left = self.rigid_left if self.strategy == "pressure-first" else self.demand_left
+        return min(1000, left[kind] * 100 // max(1, self.cap_left[kind]))
 
     def _protected(self, cost: Cost, pod: Pod, kind: str) -> Cost:
         protect = self._protect(pod, kind)
@@ -527,6 +536,8 @@ class Planner:
         kind = self.rigid_kind.get(pod.key)
         if kind is not None:
             self.rigid_left[kind] -= self._rigid_mib(pod, kind)
+        for k, share in self.demand_share.get(pod.key, ()):
+            self.demand_left[k] -= share
 
     def _free_mib(self, slot: _Slot) -> list[tuple[int, int]]:
         """(instance MiB, count) of a slot's existing free instances."""
@@ -661,82 +672,72 @@ class Planner:
             self._refresh(s)
         return old
 
-    # -- repair ----------------------------------------------------------------------------------------
+    # -- local search ----------------------------------------------------------------------------------
 
-    def _repair(self, unplaced: list[Pod]) -> list[Pod]:
-        """Second chance for single-instance pods the greedy could not place: repack one idle GPU so it serves
-        the pods already assigned to it plus this one (their profiles may change), cheapest first."""
-        if self.strategy == "no-changes":
-            return unplaced
-        still: list[Pod] = []
-        for pod in unplaced:
-            demand = pod.gpu[0] if pod.units == 1 else None
-            if demand is None or demand.count != 1 or demand.kind == "gpu" or not self._repack_slot(pod, demand):
-                still.append(pod)
-            else:
-                self._consume(pod)
-        return still
-
-    def _repack_slot(self, pod: Pod, demand: GpuDemand) -> bool:
-        best: tuple[Cost, float, _Slot, list[str]] | None = None
-        for ns in self.sig_nodes[self._sig(pod)]:
-            if not pod.requests.fits_in(ns.free):
-                continue
+    def _improve(self, unplaced: list[Pod]) -> list[Pod]:
+        """Run `improve.LocalSearch` over the greedy's result and adopt what it found (see that module)."""
+        pods = {p.key: p for p in self.snapshot.pending}
+        shapes = {k: self.shapes.setdefault(k, Shapes(c.geo)) for k, c in self.completions.items()}
+        boxes: dict[int, Box] = {}
+        bins: list[tuple[_Slot, Bin]] = []
+        movable: set[str] = set()
+        for ns in self.nodes:
+            box = boxes[id(ns)] = Box(ns.free)
             for slot in ns.slots:
-                if not slot.reconfigurable or slot.locked or not slot.mig or slot.model is None:
+                if slot.model is None or not slot.mig or slot.locked or slot.assigned[WHOLE_GPU]:
                     continue
-                if not self._choices(slot.kind, demand):
-                    continue
-                reqs = [(d, n) for d, n, _ in slot.requests] + [(demand, pod.need_mib)]
-                packed = self._repack(slot.kind, reqs)
-                if packed is None:
-                    continue
-                _, profiles, stranded = packed
-                prefer = 1 if self.strategy == "existing-first" else 0
-                cost: Cost = (
-                    prefer,
-                    self._protect(pod, slot.kind),
-                    stranded - self._stranded_of(slot),
-                    0,
-                    0 if slot.changed else 1,
-                    0 if ns.touched else 1,
-                    0,
+                base = canonical((n, c) for n, c in slot.free.items() if n != WHOLE_GPU and c > 0)
+                b = Bin(box, slot.order, shapes[slot.kind], base, slot.reconfigurable)
+                items = [Item(pods[self.assignments[i].pod], d, need) for d, need, i in slot.requests]
+                fit = b.fit(items)
+                if fit is None:
+                    continue  # not expressible as one GPU's fit: leave it as the greedy made it
+                b.take(items, fit)
+                box.bins.append(b)
+                bins.append((slot, b))
+                movable.update(it.pod.key for it in items)
+        by_class: dict[tuple[int, GpuDemand], list[Bin]] = {}
+
+        def candidates(item: Item) -> list[Bin]:
+            key = (self._sig(item.pod), item.demand)
+            hit = by_class.get(key)
+            if hit is None:
+                hit = by_class[key] = [
+                    b for ns in self.sig_nodes[key[0]] for b in boxes[id(ns)].bins if item.req(b.shapes) is not None
+                ]
+            return hit
+
+        todo = [
+            Item(p, p.gpu[0], p.need_mib)
+            for p in unplaced
+            if p.units == 1 and p.gpu[0].kind != "gpu" and self.pod_kinds.get(p.key, 0) > 0
+        ]
+        if not bins:
+            return unplaced
+        search = LocalSearch(candidates, min(IMPROVE_MAX, IMPROVE_BUDGET + IMPROVE_BUDGET_PER_POD * len(pods)))
+        search.run(todo)
+        search.tidy([it for _, b in bins for it in b.items])
+        placed = {it.pod.key for _, b in bins for it in b.items}
+        self.assignments = [a for a in self.assignments if a.pod not in movable]
+        for ns in self.nodes:
+            ns.free = boxes[id(ns)].free
+        for slot, b in bins:
+            slot.assigned = Counter(it.profile for it in b.items)
+            slot.changed = b.reshaped
+            slot.requests = []
+            slot.version += 1  # the greedy's indexes no longer describe it; only evictions run after this
+            for it in b.items:
+                mib = b.shapes.mib[it.profile]
+                slot.requests.append((it.demand, it.need, len(self.assignments)))
+                self.assignments.append(
+                    Assignment(
+                        it.pod.key, slot.node.node.name, slot.index, it.profile, mib, need_mib(it.demand, mib, it.need)
+                    )
                 )
-                if best is None or (cost, slot.order) < (best[0], best[1]):
-                    best = (cost, slot.order, slot, profiles)
-        if best is None:
-            return False
-        _, _, slot, profiles = best
-        model = slot.model
-        assert model is not None
-        for (d, annotated, idx), name in zip(slot.requests, profiles, strict=False):
-            a = self.assignments[idx]
-            mib = model.profile(name).memory_mib
-            self.assignments[idx] = Assignment(a.pod, a.node, a.gpu, name, mib, need_mib(d, mib, annotated))
-        mib = model.profile(profiles[-1]).memory_mib
-        slot.requests.append((demand, pod.need_mib, len(self.assignments)))
-        self.assignments.append(
-            Assignment(pod.key, slot.node.node.name, slot.index, profiles[-1], mib, need_mib(demand, mib, pod.need_mib))
-        )
-        slot.assigned = Counter(profiles)
-        slot.changed = slot.mig = slot.node.touched = True
-        slot.node.free = slot.node.free - pod.requests
-        slot.version += 1  # the indexes no longer describe this slot; nothing places through them after repair
-        return True
-
-    def _repack(self, kind: str, reqs: list[tuple[GpuDemand, int | None]]) -> tuple[Layout, list[str], int] | None:
-        key = (kind, tuple(reqs))
-        if key not in self.repack_memo:
-            self.repack_memo[key] = repack(self.completions[kind].geo, reqs)
-        return self.repack_memo[key]
-
-    def _stranded_of(self, slot: _Slot) -> int:
-        """Stranded MiB the plan currently attributes to one GPU (waste of its pods, unusable if reshaped)."""
-        waste = sum(self.assignments[i].waste_mib for _, _, i in slot.requests)
-        if not slot.changed:
-            return waste
-        best = self.completions[slot.kind].best(canonical(slot.assigned))
-        return waste + (best[1] if best else 0)
+        for ns in self.nodes:
+            ns.touched = any(s.changed for s in ns.slots)
+        dropped = sorted((pods[k] for k in movable - placed), key=lambda p: (-p.priority, p.key))
+        return [p for p in unplaced if p.key not in placed] + dropped
 
     # -- run ---------------------------------------------------------------------------------------------
 
@@ -773,6 +774,11 @@ class Planner:
         for p in pending:
             kinds = [k for k in self.sig_kinds[self._sig(p)] if all(self._choices(k, d) for d in p.gpu)]
             self.pod_kinds[p.key] = len(kinds)
+            if self.strategy == "demand-first" and kinds:
+                shares = [(k, self._rigid_mib(p, k) // len(kinds)) for k in kinds]
+                self.demand_share[p.key] = shares
+                for k, share in shares:
+                    self.demand_left[k] += share
             if len(kinds) == 1:
                 self.rigid_kind[p.key] = kinds[0]
                 self.rigid_left[kinds[0]] += self._rigid_mib(p, kinds[0])
@@ -791,8 +797,8 @@ class Planner:
                 self._consume(pod)
             else:
                 unplaced.append(pod)
-        if unplaced:
-            unplaced = self._repair(unplaced)
+        if self.strategy != "no-changes":
+            unplaced = self._improve(unplaced)
         if self.settings.evictions == "lower-priority" and unplaced:
             still: list[Pod] = []
             budget = self.settings.max_evictions
@@ -948,7 +954,8 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     wheel": the pods the latest pass left out go first within their priority in another pass of the best
     strategy, a few rounds, keeping the best plan.
     """
-    first = Planner(snapshot, settings)
+    shapes: dict[str, Shapes] = {}
+    first = Planner(snapshot, settings, shapes=shapes)
     best = first.run()
     placed = {a.pod for a in best.assignments}
     hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}
@@ -957,7 +964,7 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     best_rank = rank(best, snapshot)
     best_strategy = STRATEGIES[0]
     for strategy in STRATEGIES[1:]:
-        other = Planner(snapshot, settings, strategy).run()
+        other = Planner(snapshot, settings, strategy, shapes=shapes).run()
         other_rank = rank(other, snapshot)
         if other_rank < best_rank:
             best, best_rank, best_strategy = other, other_rank, strategy
@@ -968,7 +975,7 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
         if not left or left <= boost:
             break
         boost |= left
-        latest = Planner(snapshot, settings, best_strategy, frozenset(boost)).run()
+        latest = Planner(snapshot, settings, best_strategy, frozenset(boost), shapes).run()
         latest_rank = rank(latest, snapshot)
         if latest_rank < best_rank:
             best, best_rank = latest, latest_rank

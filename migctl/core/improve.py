@@ -1,0 +1,478 @@
+"""Local search after the greedy: move placed pods to make room for pods the greedy left out, then to strand
+less memory.
+
+The greedy commits each pod to a GPU as it goes, so a pod that comes later may find every GPU it could use
+filled by pods that had other places to go, or its node's CPU taken by them. This pass works on a plain model
+of the greedy's result (GPUs as bins of single-instance pods, nodes as boxes of CPU/memory/pod slots) and, for
+each left-out pod `u`, highest priority first, tries in turn:
+
+1. **insert**: the GPU where `u` adds the least stranded memory, among those whose pods plus `u` still fit one
+   valid layout (any layout if the GPU is idle and may be reshaped), on a node with room;
+2. **swap**: put `u` in place of one placed pod `v` (of any priority) on that GPU or node, and move `v` to
+   another GPU; or, if `v` has nowhere to go, fill the room `v` leaves with another left-out pod of at least
+   `v`'s priority;
+3. **evacuate**: move every pod of one GPU elsewhere and give the GPU to `u`;
+4. **drop**: the first swap found whose `v` has a lower priority than `u`, leaving `v` out (the objective ranks
+   one pod of a higher priority above any number of lower ones); `v` then gets its own turn.
+
+Every kept move improves the pods placed per priority, so the search ends; rounds repeat while they change
+something. Then **tidy** moves single pods to GPUs where they strand less (objective 2).
+
+A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
+requests' canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that
+holds it (both accept exactly the same instances). Moves are drafted and probed against the memo before
+anything changes. The work is capped by a count of probes, not by time, so the result stays deterministic.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from migctl.core.cluster import GpuDemand, Pod, Resources
+from migctl.core.demand import need_mib
+from migctl.core.geometry import CanonicalLayout, ModelGeometry
+
+# ("p", profile) for an exact profile, ("v", MiB) for a VRAM request rounded up to an instance size.
+Req = tuple[str, str | int]
+# (cost = instance MiB handed out + unusable MiB when reshaped, reshaped?, profile per request)
+Fit = tuple[int, bool, tuple[str, ...]]
+
+
+class Shapes:
+    """Exact single-GPU fits for one model, memoised on canonical requests."""
+
+    def __init__(self, geo: ModelGeometry) -> None:
+        self.geo = geo
+        self.mib = {n: p.memory_mib for n, p in geo.profiles.items()}
+        self._plain = sorted((p.memory_mib, n) for n, p in geo.profiles.items() if not p.attributes)
+        self._layouts = [
+            (Counter(dict(lay)), geo.unusable_mib(lay), frozenset(n for n, _ in lay if geo.profiles[n].attributes))
+            for lay in geo.layouts
+        ]
+        self._memo: dict[tuple[int, tuple[Req, ...]], Fit | None] = {}
+        self._starts: dict[tuple[CanonicalLayout, bool], int] = {}  # (free instances, reshapable) -> small id
+        self._start_list: list[tuple[CanonicalLayout, bool]] = []
+
+    def start(self, base: CanonicalLayout, reshape: bool) -> int:
+        """Small id of a GPU's starting point, so memo keys hash two small things."""
+        key = (base, reshape)
+        if key not in self._starts:
+            self._starts[key] = len(self._start_list)
+            self._start_list.append(key)
+        return self._starts[key]
+
+    def req(self, demand: GpuDemand) -> Req | None:
+        """Canonical form of one unit of `demand` on this model, None when no instance can serve it."""
+        if demand.kind == "profile":
+            return ("p", demand.profile) if demand.profile in self.mib else None
+        if demand.kind == "vram":
+            for mib, _ in self._plain:
+                if mib >= demand.vram_mib:
+                    return ("v", mib)
+        return None
+
+    def fit(self, start: int, reqs: tuple[Req, ...]) -> Fit | None:
+        """Cheapest way for a GPU that starts at `start` (its free instances; any valid layout when reshapable) to
+        serve `reqs` (sorted); profiles come back in the order of `reqs`."""
+        key = (start, reqs)
+        hit = self._memo.get(key, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        base, reshape = self._start_list[start]
+        best: Fit | None = None
+        kept = self._match(Counter(dict(base)), reqs)
+        if kept is not None:
+            best = (sum(self.mib[n] for n in kept), False, kept)
+        if reshape:
+            wanted = frozenset(r[1] for r in reqs if r[0] == "p")
+            for have, unusable, variants in self._layouts:
+                if not variants <= wanted:
+                    continue
+                got = self._match(have, reqs)
+                if got is None:
+                    continue
+                cost = unusable + sum(self.mib[n] for n in got)
+                if best is None or cost < best[0]:
+                    best = (cost, True, got)
+        self._memo[key] = best
+        return best
+
+    def _match(self, have: Counter[str], reqs: tuple[Req, ...]) -> tuple[str, ...] | None:
+        """Exact profiles take theirs; VRAM requests, largest first, the smallest plain instance that holds them
+        (optimal for threshold requests: each accepts every instance above its size)."""
+        left = have.copy()
+        out: list[str] = [""] * len(reqs)
+        for i, (kind, what) in enumerate(reqs):
+            if kind == "p":
+                name = str(what)
+                if left[name] <= 0:
+                    return None
+                left[name] -= 1
+                out[i] = name
+        for i in sorted((i for i, r in enumerate(reqs) if r[0] == "v"), key=lambda i: -int(reqs[i][1])):
+            want = int(reqs[i][1])
+            pick = next((n for mib, n in self._plain if mib >= want and left[n] > 0), None)
+            if pick is None:
+                return None
+            left[pick] -= 1
+            out[i] = pick
+        return tuple(out)
+
+
+@dataclass(eq=False)
+class Box:
+    """A node: what CPU, memory and pod slots are still free."""
+
+    free: Resources
+    bins: list[Bin] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Item:
+    """A movable pod: one instance of one GPU demand."""
+
+    pod: Pod
+    demand: GpuDemand
+    need: int | None  # annotated real need
+    at: Bin | None = None
+    profile: str = ""
+    reqs: dict[int, Req | None] = field(default_factory=dict)  # per Shapes (by id)
+
+    def req(self, shapes: Shapes) -> Req | None:
+        key = id(shapes)
+        if key not in self.reqs:
+            self.reqs[key] = shapes.req(self.demand)
+        return self.reqs[key]
+
+
+@dataclass(eq=False)
+class Bin:
+    """A GPU (or a node's pool of free instances when per-GPU usage is unknown) and the pods it serves."""
+
+    box: Box
+    order: float
+    shapes: Shapes
+    base: CanonicalLayout  # free instances as they exist now
+    reshape: bool  # may take any valid layout (idle, reconfigurable, MIG on, not serving a multi-GPU pod)
+    items: list[Item] = field(default_factory=list)
+    cost: int = 0
+    reshaped: bool = False
+    reqs: tuple[Req, ...] = ()  # of `items`, sorted
+    start: int = -1
+
+    def __post_init__(self) -> None:
+        self.start = self.shapes.start(self.base, self.reshape)
+
+    def probe(self, add: Sequence[Req], drop: Sequence[Req] = ()) -> Fit | None:
+        """Fit of the current pods plus `add` and minus `drop` (profiles in sorted request order)."""
+        reqs = list(self.reqs)
+        for r in drop:
+            reqs.remove(r)
+        for r in add:
+            insort(reqs, r)
+        return self.shapes.fit(self.start, tuple(reqs))
+
+    def set(self, items: list[Item]) -> None:
+        """Serve exactly `items` (which must fit)."""
+        f = self.fit(items)
+        assert f is not None, "only fits that were probed are committed"
+        self.take(items, f)
+
+    def fit(self, items: Sequence[Item]) -> Fit | None:
+        """Fit of `items` on this GPU, profiles in the order of `items`."""
+        reqs = _reqs(items, self.shapes)
+        if reqs is None:
+            return None
+        order = sorted(range(len(items)), key=lambda i: reqs[i])
+        got = self.shapes.fit(self.start, tuple(reqs[i] for i in order))
+        if got is None:
+            return None
+        profiles = [""] * len(items)
+        for k, i in enumerate(order):
+            profiles[i] = got[2][k]
+        return got[0], got[1], tuple(profiles)
+
+    def take(self, items: list[Item], fit: Fit) -> None:
+        self.items = items
+        self.cost, self.reshaped = fit[0], fit[1]
+        reqs = _reqs(items, self.shapes)
+        assert reqs is not None, "only fits that were probed are taken"
+        self.reqs = tuple(sorted(reqs))
+        for it, name in zip(items, fit[2], strict=True):
+            it.at, it.profile = self, name
+
+
+class LocalSearch:
+    """Improve a greedy result in place: see the module docstring. Moves are probed first (memoised fits, no
+    state change) and applied only when they improve."""
+
+    def __init__(self, candidates: Callable[[Item], Sequence[Bin]], budget: int) -> None:
+        self.candidates = candidates
+        self.budget = budget  # probes left
+        self.out: list[Item] = []  # pods left out, highest priority first
+        self.epoch = 0  # bumped on every kept change: cached answers of older epochs are stale
+        self._spots: dict[tuple[object, ...], tuple[int, list[Bin]]] = {}
+        self._failed: dict[tuple[object, ...], int] = {}  # pod kind -> epoch when no move helped it
+        self._reach_sets: dict[tuple[object, ...], set[Bin]] = {}
+
+    def _probe(self, b: Bin, add: Sequence[Item], drop: Sequence[Item] = ()) -> Fit | None:
+        self.budget -= 1
+        adds, drops = _reqs(add, b.shapes), _reqs(drop, b.shapes)
+        if adds is None or drops is None:
+            return None
+        return b.probe(adds, drops)
+
+    def run(self, unplaced: list[Item]) -> list[Item]:
+        """Place what it can of `unplaced` (highest priority first, in the given order within a priority), in
+        rounds until a round changes nothing; returns the pods still left out (lower-priority pods it dropped
+        included)."""
+        self.out = sorted(unplaced, key=lambda it: -it.pod.priority)
+        progress = True
+        while progress and self.budget > 0:
+            progress = False
+            for u in list(self.out):
+                if u.at is not None or self.budget <= 0 or self._failed.get(_kind(u)) == self.epoch:
+                    continue
+                if self.insert(u) or self.eject(u):
+                    progress = True
+                    self.epoch += 1
+                else:
+                    self._failed[_kind(u)] = self.epoch
+            self.out = sorted((it for it in self.out if it.at is None), key=lambda it: -it.pod.priority)
+        return self.out
+
+    def tidy(self, placed: list[Item]) -> None:
+        """Objective 2: move single pods to GPUs where they strand less memory (instance waste plus unusable
+        memory of reshaped GPUs), most wasteful first, in rounds until nothing moves or the budget is spent."""
+        moved = True
+        while moved and self.budget > 0:
+            moved = False
+            for v in sorted(placed, key=lambda it: (-_excess(it), it.pod.key)):
+                home = v.at
+                if home is None or self.budget <= 0:
+                    continue
+                left = self._probe(home, [], [v])
+                assert left is not None, "a subset of what fits still fits"
+                gain = home.cost - left[0]
+                best: tuple[tuple[int, float], Bin] | None = None
+                for x in self.spots(v):
+                    f = self._probe(x, [v])
+                    if f is not None and f[0] - x.cost < gain and (best is None or (f[0] - x.cost, x.order) < best[0]):
+                        best = ((f[0] - x.cost, x.order), x)
+                if best is not None:
+                    self._move(v, best[1])
+                    self.epoch += 1
+                    moved = True
+
+    def insert(self, u: Item) -> bool:
+        """Put `u` on the GPU where it adds the least cost; False when none has room."""
+        best: tuple[tuple[int, bool, float], Bin] | None = None
+        for b in self.candidates(u):
+            if not u.pod.requests.fits_in(b.box.free):
+                continue
+            f = self._probe(b, [u])
+            if f is not None:
+                rank = (f[0] - b.cost, f[1] and not b.reshaped, b.order)
+                if best is None or rank < best[0]:
+                    best = (rank, b)
+        if best is None:
+            return False
+        self._move(u, best[1])
+        return True
+
+    def _move(self, it: Item, to: Bin | None) -> None:
+        """Take `it` off its GPU (if any) and put it on `to` (or leave it out)."""
+        if it.at is not None:
+            home = it.at
+            home.set([x for x in home.items if x is not it])
+            home.box.free = home.box.free + it.pod.requests
+            it.at = None
+        if to is not None:
+            to.set([*to.items, it])
+            to.box.free = to.box.free - it.pod.requests
+
+    def spots(self, v: Item) -> list[Bin]:
+        """GPUs other than its own where `v` would fit as things stand (cached until the next kept change)."""
+        key = (id(v.at), *_kind(v))
+        hit = self._spots.get(key)
+        if hit is not None and hit[0] == self.epoch:
+            return hit[1]
+        out = []
+        for b in self.candidates(v):
+            if b is not v.at and v.pod.requests.fits_in(b.box.free) and self._probe(b, [v]) is not None:
+                out.append(b)
+        self._spots[key] = (self.epoch, out)
+        return out
+
+    def eject(self, u: Item) -> bool:
+        """Make room for `u`: swap, evacuate, or drop (module docstring); True when a move was kept."""
+        fallback: _Draft | None = None  # the first move that leaves out a lower-priority pod, if nothing better
+        for b in self.candidates(u):
+            for v in self._victims(u, b):
+                if self.budget <= 0:
+                    return False
+                d = self._try(u, b, v)
+                if d is True:
+                    return True
+                if d is not False and fallback is None:
+                    fallback = d
+        for b in self.candidates(u):
+            if self.budget <= 0:
+                return False
+            if len(b.items) > 1 and self._evacuate(u, b):
+                return True
+        if fallback is not None:
+            self.out.append(fallback.taken[0])
+            return self._commit(fallback)
+        return False
+
+    def _victims(self, u: Item, b: Bin) -> list[Item]:
+        """Pods whose leaving could make room for `u` on `b`: on the same GPU, or anywhere on the node when the
+        node lacks CPU, memory or slots. Interchangeable pods are tried once."""
+        pool = b.items if u.pod.requests.fits_in(b.box.free) else [it for x in b.box.bins for it in x.items]
+        out: list[Item] = []
+        seen: set[tuple[object, ...]] = set()
+        for v in pool:
+            key = (id(v.at), *_kind(v))
+            if key not in seen:
+                seen.add(key)
+                out.append(v)
+        return out
+
+    def _try(self, u: Item, b: Bin, v: Item) -> _Draft | bool:
+        """Put `u` on `b` in place of `v`; keep it (True) if `v` finds another GPU or another left-out pod of at
+        least `v`'s priority fits in the room `v` leaves. Otherwise, when `v` has a lower priority than `u`, the
+        draft that leaves `v` out, for the caller to keep if nothing better turns up."""
+        self.budget -= 1
+        d = _Draft()
+        d.take(v)
+        d.put(u, b)
+        if not d.ok(b.box) or self._probe(b, d.adds(b), d.drops(b)) is None:
+            return False
+        z = self._place(v, d)
+        if z is not None:
+            d.put(v, z)
+            return self._commit(d)
+        home = v.at
+        # another left-out pod in the room v leaves on its GPU
+        assert home is not None
+        tried: set[tuple[object, ...]] = set()
+        for w in self.out:
+            if w is u or w.at is not None or w.pod.priority < v.pod.priority:
+                continue
+            key = (w.req(home.shapes), w.pod.requests, w.pod.priority, w.pod.node_selector, w.pod.affinity)
+            if key in tried or key[0] is None or not w.pod.requests.fits_in(d.room(home.box)):
+                continue
+            tried.add(key)
+            if home in self._reach(w) and self._probe(home, [*d.adds(home), w], d.drops(home)) is not None:
+                d.put(w, home)
+                self.out.append(v)
+                return self._commit(d)
+        return d if v.pod.priority < u.pod.priority else False
+
+    def _evacuate(self, u: Item, b: Bin) -> bool:
+        """Move every pod off `b` to other GPUs (largest first), then put `u` on it: frees a whole GPU when the
+        pods on it are each small enough to fit elsewhere."""
+        d = _Draft()
+        for v in b.items:
+            d.take(v)
+        d.put(u, b)
+        if not d.ok(b.box) or self._probe(b, [u], b.items) is None:
+            return False
+        for v in sorted(b.items, key=lambda it: (-b.shapes.mib[it.profile], it.pod.key)):
+            z = self._place(v, d, avoid=b)
+            if z is None:
+                return False
+            d.put(v, z)
+        return self._commit(d)
+
+    def _reach(self, it: Item) -> set[Bin]:
+        key = _kind(it)
+        if key not in self._reach_sets:
+            self._reach_sets[key] = set(self.candidates(it))
+        return self._reach_sets[key]
+
+    def _place(self, it: Item, d: _Draft, avoid: Bin | None = None) -> Bin | None:
+        """Cheapest GPU for `it` once draft `d` is applied: where it fitted before on nodes the draft leaves alone,
+        or any GPU of a node it changes (not the GPU `it` comes from)."""
+        best: tuple[tuple[int, float], Bin] | None = None
+        reach = self.candidates(it)
+        where = [x for x in self.spots(it) if x.box not in d.res]
+        where += [x for x in reach if x.box in d.res and x is not it.at]
+        for x in where:
+            if x is avoid or not it.pod.requests.fits_in(d.room(x.box)):
+                continue
+            f = self._probe(x, [*d.adds(x), it], d.drops(x))
+            if f is not None and (best is None or (f[0] - x.cost, x.order) < best[0]):
+                best = ((f[0] - x.cost, x.order), x)
+        return None if best is None else best[1]
+
+    def _commit(self, d: _Draft) -> bool:
+        for it in d.taken:
+            self._move(it, None)
+        for it, to in d.placed:
+            self._move(it, to)
+        return True
+
+
+class _Draft:
+    """Moves not yet made: pods taken off their GPUs, pods put on GPUs, and what that does to node resources."""
+
+    def __init__(self) -> None:
+        self.taken: list[Item] = []
+        self.placed: list[tuple[Item, Bin]] = []
+        self.res: dict[Box, Resources] = {}
+
+    def copy(self) -> _Draft:
+        out = _Draft()
+        out.taken, out.placed, out.res = list(self.taken), list(self.placed), dict(self.res)
+        return out
+
+    def take(self, it: Item) -> None:
+        assert it.at is not None
+        self.taken.append(it)
+        self.res[it.at.box] = self.res.get(it.at.box, Resources()) + it.pod.requests
+
+    def put(self, it: Item, b: Bin) -> None:
+        self.placed.append((it, b))
+        self.res[b.box] = self.res.get(b.box, Resources()) - it.pod.requests
+
+    def room(self, box: Box) -> Resources:
+        return box.free + self.res.get(box, Resources())
+
+    def ok(self, box: Box) -> bool:
+        return Resources().fits_in(self.room(box))
+
+    def adds(self, b: Bin) -> list[Item]:
+        return [it for it, x in self.placed if x is b]
+
+    def drops(self, b: Bin) -> list[Item]:
+        return [it for it in self.taken if it.at is b]
+
+
+def _reqs(items: Sequence[Item], shapes: Shapes) -> list[Req] | None:
+    """Canonical requests of `items` on one model, None when one of them cannot be served there."""
+    out = []
+    for it in items:
+        r = it.req(shapes)
+        if r is None:
+            return None
+        out.append(r)
+    return out
+
+
+def _excess(it: Item) -> int:
+    """Memory of its instance the pod does not use (0 when unplaced)."""
+    if it.at is None:
+        return 0
+    mib = it.at.shapes.mib[it.profile]
+    return mib - need_mib(it.demand, mib, it.need)
+
+
+def _kind(it: Item) -> tuple[object, ...]:
+    """Pods with equal kinds are interchangeable for every move."""
+    p = it.pod
+    return (it.demand, it.need, p.requests, p.priority, p.node_selector, p.affinity, p.tolerations)

@@ -1,0 +1,174 @@
+"""The local search after the greedy: exact single-GPU fits, and each kind of move on small hand-built clusters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from migctl.core.cluster import GpuDemand, Pod, Resources, Snapshot
+from migctl.core.geometry import canonical, geometry
+from migctl.core.improve import Bin, Box, Item, LocalSearch, Shapes
+from migctl.core.planner import plan
+from tests.unit.builders import CATALOG, mig, node, vram
+
+A100 = Shapes(geometry(CATALOG.model("a100-40gb")))
+IDLE = A100.start((), True)  # an idle GPU that may take any layout
+MIB = A100.mib
+
+
+def vreq(gib: float) -> GpuDemand:
+    return GpuDemand("vram", vram_mib=int(gib * 1024))
+
+
+def item(name: str, demand: GpuDemand, priority: int = 0, cpu_m: int = 0) -> Item:
+    return Item(Pod("ns", name, priority=priority, requests=Resources(cpu_m, 0, 1), gpu=(demand,)), demand, None)
+
+
+def gpu(box: Box, order: int, pods: Sequence[Item] = (), base: dict[str, int] | None = None) -> Bin:
+    """A GPU on `box`: idle and reshapable when `base` is None, else fixed with these free instances."""
+    b = Bin(box, order, A100, canonical((base or {}).items()), base is None)
+    box.bins.append(b)
+    b.set(list(pods))
+    return b
+
+
+def search(bins: Sequence[Bin], budget: int = 10_000) -> LocalSearch:
+    return LocalSearch(lambda it: [b for b in bins if it.req(b.shapes) is not None], budget)
+
+
+def names(b: Bin) -> set[str]:
+    return {it.pod.name for it in b.items}
+
+
+# -- exact fits ----------------------------------------------------------------------------------------------
+
+
+def test_vram_requests_round_up_to_the_instance_size_that_holds_them() -> None:
+    assert A100.req(vreq(9)) == ("v", MIB["1g.10gb"])
+    assert A100.req(vreq(3)) == ("v", MIB["1g.5gb"])
+    assert A100.req(vreq(41)) is None  # more than the 7g.40gb instance
+    assert A100.req(GpuDemand("profile", profile="1g.18gb")) is None  # an H200 profile
+
+
+def test_fit_hands_out_the_smallest_instances_and_counts_unusable_memory() -> None:
+    reqs = tuple(sorted([A100.req(vreq(9)), A100.req(vreq(3))]))  # type: ignore[type-var]
+    got = A100.fit(IDLE, reqs)  # type: ignore[arg-type]
+    assert got is not None
+    cost, reshaped, profiles = got
+    assert reshaped and sorted(profiles) == ["1g.10gb", "1g.5gb"]
+    # the cheapest valid layout holding both strands nothing: instance memory handed out is all that counts
+    geo = geometry(CATALOG.model("a100-40gb"))
+    best = min(
+        geo.unusable_mib(lay) for lay in geo.layouts if dict(lay).get("1g.10gb", 0) >= 1 and dict(lay).get("1g.5gb", 0)
+    )
+    assert cost == MIB["1g.10gb"] + MIB["1g.5gb"] + best
+
+
+def test_fit_keeps_existing_instances_when_they_serve_and_refuses_impossible_sets() -> None:
+    fixed = A100.start(canonical({"3g.20gb": 1, "4g.20gb": 1}.items()), False)
+    got = A100.fit(fixed, (("p", "3g.20gb"), ("v", MIB["4g.20gb"])))
+    assert got is not None and not got[1] and sorted(got[2]) == ["3g.20gb", "4g.20gb"]
+    assert A100.fit(fixed, (("p", "1g.5gb"),)) is None  # a fixed GPU cannot grow instances it lacks
+    assert A100.fit(IDLE, (("p", "4g.20gb"), ("p", "4g.20gb"))) is None  # one 4g.20gb per GPU at most
+
+
+# -- moves -----------------------------------------------------------------------------------------------------
+
+
+def test_swap_moves_a_placed_pod_to_make_room() -> None:
+    """Only g0 can take the 7g pod; it holds a small pod that fits on g1's free instance."""
+    box = Box(Resources(64_000, 0, 110))
+    small = item("small", vreq(4))
+    g0 = gpu(box, 0, [small])
+    g1 = gpu(box, 1, [], base={"1g.5gb": 1})  # fixed layout with one free small instance
+    big = item("big", GpuDemand("profile", profile="7g.40gb"))
+    left = search([g0, g1]).run([big])
+    assert left == [] and names(g0) == {"big"} and names(g1) == {"small"}
+
+
+def test_swap_fills_the_room_with_another_left_out_pod() -> None:
+    """u takes v's place and v fits nowhere, but a second left-out pod of v's priority fits beside u: +1 pod."""
+    box = Box(Resources(64_000, 0, 110))
+    v = item("v", vreq(15))
+    g0 = gpu(box, 0, [v, item("x", GpuDemand("profile", profile="4g.20gb"))])  # 4g.20gb + 3g.20gb: full memory
+    u, w = item("u", vreq(9)), item("w", vreq(9))
+    left = search([g0]).run([u, w])
+    assert {it.pod.name for it in left} == {"v"}
+    assert names(g0) == {"x", "u", "w"}
+
+
+def test_evacuate_frees_a_whole_gpu() -> None:
+    """Two small pods on g0, each fitting on a different fixed GPU: g0 is emptied for the 7g pod."""
+    box = Box(Resources(64_000, 0, 110))
+    a, b = item("a", vreq(4)), item("b", vreq(9))
+    g0 = gpu(box, 0, [a, b])
+    g1 = gpu(box, 1, [], base={"1g.5gb": 1})
+    g2 = gpu(box, 2, [], base={"1g.10gb": 1})
+    left = search([g0, g1, g2]).run([item("big", GpuDemand("profile", profile="7g.40gb"))])
+    assert left == []
+    assert (names(g0), names(g1), names(g2)) == ({"big"}, {"a"}, {"b"})
+
+
+def test_a_higher_priority_pod_may_displace_a_lower_one_but_not_the_reverse() -> None:
+    box = Box(Resources(64_000, 0, 110))
+    low = item("low", GpuDemand("profile", profile="7g.40gb"), priority=0)
+    g0 = gpu(box, 0, [low])
+    high = item("high", vreq(30), priority=10)
+    left = search([g0]).run([high])
+    assert names(g0) == {"high"} and [it.pod.name for it in left] == ["low"]
+    # the reverse: a low-priority pod never displaces a higher one it cannot rehome
+    box2 = Box(Resources(64_000, 0, 110))
+    g = gpu(box2, 0, [item("high", vreq(30), priority=10)])
+    left2 = search([g]).run([item("low", GpuDemand("profile", profile="7g.40gb"))])
+    assert names(g) == {"high"} and [it.pod.name for it in left2] == ["low"]
+
+
+def test_swap_frees_node_cpu() -> None:
+    """The node has GPU room for u but not CPU: a CPU-heavy pod moves to the other node."""
+    tight, roomy = Box(Resources(4_000, 0, 110)), Box(Resources(8_000, 0, 110))
+    hog = item("hog", vreq(4), cpu_m=4_000)
+    g0 = gpu(tight, 0, [hog])
+    tight.free = Resources(0, 0, 109)
+    g1 = gpu(roomy, 1, [], base={"1g.5gb": 1})
+    u = item("u", vreq(7), cpu_m=2_000)
+    left = search([g0, g1]).run([u])  # u fits only g0's GPU (g1 has one 1g.5gb), where the hog holds the CPU
+    assert left == [] and names(g0) == {"u"} and names(g1) == {"hog"}
+    assert tight.free.cpu_m == 2_000 and roomy.free.cpu_m == 4_000
+
+
+def test_tidy_moves_a_pod_to_where_it_strands_less() -> None:
+    box = Box(Resources(64_000, 0, 110))
+    p = item("p", vreq(4))
+    g0 = gpu(box, 0, [p], base={"3g.20gb": 1})  # a 4 GiB pod on a 20 GiB instance
+    g1 = gpu(box, 1, [], base={"1g.5gb": 1})
+    before = g0.cost + g1.cost
+    search([g0, g1]).tidy([p])
+    assert names(g1) == {"p"} and g0.cost + g1.cost < before
+
+
+def test_no_budget_no_moves() -> None:
+    box = Box(Resources(64_000, 0, 110))
+    g0 = gpu(box, 0, [item("small", vreq(4))])
+    gpu(box, 1, [], base={"1g.5gb": 1})
+    big = item("big", GpuDemand("profile", profile="7g.40gb"))
+    assert search(box.bins, budget=0).run([big]) == [big]
+    assert names(g0) == {"small"}
+
+
+# -- through plan() ----------------------------------------------------------------------------------------------
+
+
+def test_the_documented_greedy_miss_now_reaches_the_optimum() -> None:
+    """docs/benchmarks.md's reproducer: the greedy alone places 8; the optimum (exact ILP) places 9."""
+    n = node(
+        "n1",
+        "a100-40gb",
+        [
+            {"1g.10gb": 1, "2g.10gb": 1, "4g.20gb": 1},
+            {"1g.5gb": 1, "4g.20gb": 1},
+            {"1g.10gb": 2, "1g.5gb": 4},
+            {"1g.10gb": 1, "2g.10gb": 1, "3g.20gb": 1},
+        ],
+    )
+    pods = [mig("p18", "7g.40gb"), vram("p07", 30), vram("p04", 15), vram("p00", 10), vram("p05", 7)]
+    pods += [mig("p06", "1g.10gb"), vram("p10", 5), vram("p13", 3), vram("p19", 1), mig("p20", "1g.10gb")]
+    assert plan(Snapshot((n,), tuple(pods))).objective()[0] == 9
