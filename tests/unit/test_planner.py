@@ -233,3 +233,12 @@ def test_left_out_pod_goes_first_in_a_later_pass() -> None:
     got = assigned(run([roomy, tight], [big_gpu, big_cpu]))
     assert got["ns/big-cpu"][0] == "n1"
     assert got["ns/big-gpu"][0] == "n2"
+
+
+def test_pod_that_fits_one_model_is_not_crowded_out() -> None:
+    """A 30 GiB pod fits an A100-40GB 7g or an H100 3g; the 3g.20gb pod fits only the A100. Both must land."""
+    a100 = node("a100", "a100-40gb", [{"7g.40gb": 1}])
+    h100 = node("h100", "h100-80gb", [{"7g.80gb": 1}])
+    result = plan(Snapshot((a100, h100), (vram("flexible", 30), mig("rigid", "3g.20gb"))))
+    placed = {a.pod: a.node for a in result.assignments}
+    assert placed == {"ns/flexible": "h100", "ns/rigid": "a100"}
