@@ -27,7 +27,6 @@ anything changes. The work is capped by a count of probes, not by time, so the r
 from __future__ import annotations
 
 from bisect import insort
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -49,7 +48,12 @@ class Shapes:
         self.mib = {n: p.memory_mib for n, p in geo.profiles.items()}
         self._plain = sorted((p.memory_mib, n) for n, p in geo.profiles.items() if not p.attributes)
         self._layouts = [
-            (Counter(dict(lay)), geo.unusable_mib(lay), frozenset(n for n, _ in lay if geo.profiles[n].attributes))
+            (
+                dict(lay),
+                sum(c for _, c in lay),
+                geo.unusable_mib(lay),
+                frozenset(n for n, _ in lay if geo.profiles[n].attributes),
+            )
             for lay in geo.layouts
         ]
         self._memo: dict[tuple[int, tuple[Req, ...]], Fit | None] = {}
@@ -83,13 +87,13 @@ class Shapes:
             return hit  # type: ignore[return-value]
         base, reshape = self._start_list[start]
         best: Fit | None = None
-        kept = self._match(Counter(dict(base)), reqs)
+        kept = self._match(dict(base), reqs)
         if kept is not None:
             best = (sum(self.mib[n] for n in kept), False, kept)
         if reshape:
             wanted = frozenset(r[1] for r in reqs if r[0] == "p")
-            for have, unusable, variants in self._layouts:
-                if not variants <= wanted:
+            for have, size, unusable, variants in self._layouts:
+                if size < len(reqs) or not variants <= wanted:
                     continue
                 got = self._match(have, reqs)
                 if got is None:
@@ -100,21 +104,25 @@ class Shapes:
         self._memo[key] = best
         return best
 
-    def _match(self, have: Counter[str], reqs: tuple[Req, ...]) -> tuple[str, ...] | None:
+    def _match(self, have: dict[str, int], reqs: tuple[Req, ...]) -> tuple[str, ...] | None:
         """Exact profiles take theirs; VRAM requests, largest first, the smallest plain instance that holds them
-        (optimal for threshold requests: each accepts every instance above its size)."""
-        left = have.copy()
+        (optimal for threshold requests: each accepts every instance above its size). `reqs` is sorted, so the
+        exact profiles come first and the VRAM requests in ascending size."""
+        left = dict(have)
         out: list[str] = [""] * len(reqs)
+        first_v = len(reqs)
         for i, (kind, what) in enumerate(reqs):
-            if kind == "p":
-                name = str(what)
-                if left[name] <= 0:
-                    return None
-                left[name] -= 1
-                out[i] = name
-        for i in sorted((i for i, r in enumerate(reqs) if r[0] == "v"), key=lambda i: -int(reqs[i][1])):
+            if kind != "p":
+                first_v = i
+                break
+            name = str(what)
+            if left.get(name, 0) <= 0:
+                return None
+            left[name] -= 1
+            out[i] = name
+        for i in range(len(reqs) - 1, first_v - 1, -1):
             want = int(reqs[i][1])
-            pick = next((n for mib, n in self._plain if mib >= want and left[n] > 0), None)
+            pick = next((n for mib, n in self._plain if mib >= want and left.get(n, 0) > 0), None)
             if pick is None:
                 return None
             left[pick] -= 1
@@ -244,21 +252,26 @@ class LocalSearch:
             self.out = sorted((it for it in self.out if it.at is None), key=lambda it: -it.pod.priority)
         return self.out
 
-    def tidy(self, placed: list[Item]) -> None:
+    def tidy(self, placed: list[Item], probes: int) -> None:
         """Objective 2: move single pods to GPUs where they strand less memory (instance waste plus unusable
-        memory of reshaped GPUs), most wasteful first, in rounds until nothing moves or the budget is spent."""
+        memory of reshaped GPUs), most wasteful first, in rounds until nothing moves or `probes` (at most what is
+        left of the budget) are spent. Objective 2 only, so it gets a fixed share: on thousands of GPUs finding
+        each pod kind's candidate GPUs alone would take the whole budget."""
+        stop = self.budget - min(self.budget, probes)
         moved = True
-        while moved and self.budget > 0:
+        while moved and self.budget > stop:
             moved = False
             for v in sorted(placed, key=lambda it: (-_excess(it), it.pod.key)):
                 home = v.at
-                if home is None or self.budget <= 0:
+                if home is None or self.budget <= stop:
                     continue
                 left = self._probe(home, [], [v])
                 assert left is not None, "a subset of what fits still fits"
                 gain = home.cost - left[0]
                 best: tuple[tuple[int, float], Bin] | None = None
                 for x in self.spots(v):
+                    if x is home or not v.pod.requests.fits_in(x.box.free):
+                        continue
                     f = self._probe(x, [v])
                     if f is not None and f[0] - x.cost < gain and (best is None or (f[0] - x.cost, x.order) < best[0]):
                         best = ((f[0] - x.cost, x.order), x)

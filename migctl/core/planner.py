@@ -44,6 +44,7 @@ SQUEAKY_ROUNDS = 4
 IMPROVE_BUDGET = 20_000
 IMPROVE_BUDGET_PER_POD = 500
 IMPROVE_MAX = 400_000
+TIDY_PROBES = 50_000  # of that budget, at most this much for the last round that only lowers stranded memory
 STRATEGIES = ("stranded-first", "pack-first", "pressure-first", "demand-first", "existing-first", "no-changes")
 
 
@@ -716,7 +717,7 @@ class Planner:
             return unplaced
         search = LocalSearch(candidates, min(IMPROVE_MAX, IMPROVE_BUDGET + IMPROVE_BUDGET_PER_POD * len(pods)))
         search.run(todo)
-        search.tidy([it for _, b in bins for it in b.items])
+        search.tidy([it for _, b in bins for it in b.items], TIDY_PROBES)
         placed = {it.pod.key for _, b in bins for it in b.items}
         self.assignments = [a for a in self.assignments if a.pod not in movable]
         for ns in self.nodes:

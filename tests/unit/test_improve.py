@@ -71,6 +71,14 @@ def test_fit_keeps_existing_instances_when_they_serve_and_refuses_impossible_set
     assert A100.fit(IDLE, (("p", "4g.20gb"), ("p", "4g.20gb"))) is None  # one 4g.20gb per GPU at most
 
 
+def test_exact_profiles_claim_their_instances_before_vram_requests() -> None:
+    """A 5 GiB-class VRAM request would take the 1g.10gb (smallest, then name order) if it went first; the exact
+    1g.10gb pod would then find nothing, although 2g.10gb serves the VRAM request."""
+    fixed = A100.start(canonical({"1g.10gb": 1, "2g.10gb": 1}.items()), False)
+    got = A100.fit(fixed, (("p", "1g.10gb"), ("v", MIB["1g.10gb"])))
+    assert got is not None and got[2] == ("1g.10gb", "2g.10gb")
+
+
 # -- moves -----------------------------------------------------------------------------------------------------
 
 
@@ -141,7 +149,7 @@ def test_tidy_moves_a_pod_to_where_it_strands_less() -> None:
     g0 = gpu(box, 0, [p], base={"3g.20gb": 1})  # a 4 GiB pod on a 20 GiB instance
     g1 = gpu(box, 1, [], base={"1g.5gb": 1})
     before = g0.cost + g1.cost
-    search([g0, g1]).tidy([p])
+    search([g0, g1]).tidy([p], 1_000)
     assert names(g1) == {"p"} and g0.cost + g1.cost < before
 
 
