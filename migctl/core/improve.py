@@ -13,7 +13,9 @@ each left-out pod `u`, highest priority first, tries in turn:
    `v`'s priority;
 3. **evacuate**: move every pod of one GPU elsewhere and give the GPU to `u`;
 4. **drop**: the first swap found whose `v` has a lower priority than `u`, leaving `v` out (the objective ranks
-   one pod of a higher priority above any number of lower ones); `v` then gets its own turn.
+   one pod of a higher priority above any number of lower ones); failing that, evacuate a GPU that holds only
+   lower-priority pods and leave out those that find no other place (fewest first). Dropped pods then get their
+   own turn.
 
 Every kept move improves the pods placed per priority, so the search ends; rounds repeat while they change
 something. Then **tidy** moves single pods to GPUs where they strand less (objective 2).
@@ -335,11 +337,22 @@ class LocalSearch:
         for b in self.candidates(u):
             if self.budget <= 0:
                 return False
-            if len(b.items) > 1 and self._evacuate(u, b):
+            if len(b.items) > 1 and self._evacuate(u, b, False) is not None:
                 return True
         if fallback is not None:
             self.out.append(fallback.taken[0])
             return self._commit(fallback)
+        # last resort: evacuate a GPU, leaving out the lower-priority pods that find no other place (fewest first)
+        best: tuple[tuple[int, float], _Draft, list[Item]] | None = None
+        for b in self.candidates(u):
+            if self.budget <= 0 or not b.items or any(v.pod.priority >= u.pod.priority for v in b.items):
+                continue
+            got = self._evacuate(u, b, True)
+            if got is not None and (best is None or (len(got[1]), b.order) < best[0]):
+                best = ((len(got[1]), b.order), got[0], got[1])
+        if best is not None:
+            self.out.extend(best[2])
+            return self._commit(best[1])
         return False
 
     def _victims(self, u: Item, b: Bin) -> list[Item]:
@@ -386,21 +399,28 @@ class LocalSearch:
                 return self._commit(d)
         return d if v.pod.priority < u.pod.priority else False
 
-    def _evacuate(self, u: Item, b: Bin) -> bool:
+    def _evacuate(self, u: Item, b: Bin, drop: bool) -> tuple[_Draft, list[Item]] | None:
         """Move every pod off `b` to other GPUs (largest first), then put `u` on it: frees a whole GPU when the
-        pods on it are each small enough to fit elsewhere."""
+        pods on it are each small enough to fit elsewhere. Without `drop` the move is kept at once; with it, pods
+        that fit nowhere are left out, and the draft and those pods are returned for the caller to choose."""
         d = _Draft()
         for v in b.items:
             d.take(v)
         d.put(u, b)
         if not d.ok(b.box) or self._probe(b, [u], b.items) is None:
-            return False
+            return None
+        left: list[Item] = []
         for v in sorted(b.items, key=lambda it: (-b.shapes.mib[it.profile], it.pod.key)):
             z = self._place(v, d, avoid=b)
-            if z is None:
-                return False
-            d.put(v, z)
-        return self._commit(d)
+            if z is not None:
+                d.put(v, z)
+            elif drop:
+                left.append(v)
+            else:
+                return None
+        if not drop:
+            self._commit(d)
+        return d, left
 
     def _reach(self, it: Item) -> set[Bin]:
         key = _kind(it)

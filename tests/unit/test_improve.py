@@ -130,6 +130,14 @@ def test_a_higher_priority_pod_may_displace_a_lower_one_but_not_the_reverse() ->
     assert names(g) == {"high"} and [it.pod.name for it in left2] == ["low"]
 
 
+def test_a_higher_priority_pod_may_clear_a_gpu_of_several_lower_ones() -> None:
+    """No single lower-priority pod frees enough for the 7g pod; evacuating the GPU and leaving both out does."""
+    box = Box(Resources(64_000, 0, 110))
+    g0 = gpu(box, 0, [item("low-a", vreq(4)), item("low-b", vreq(9))])
+    left = search([g0]).run([item("high", GpuDemand("profile", profile="7g.40gb"), priority=10)])
+    assert names(g0) == {"high"} and sorted(it.pod.name for it in left) == ["low-a", "low-b"]
+
+
 def test_swap_frees_node_cpu() -> None:
     """The node has GPU room for u but not CPU: a CPU-heavy pod moves to the other node."""
     tight, roomy = Box(Resources(4_000, 0, 110)), Box(Resources(8_000, 0, 110))
