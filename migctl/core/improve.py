@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from migctl.core.cluster import GpuDemand, Pod, Resources
 from migctl.core.demand import need_mib
 from migctl.core.geometry import CanonicalLayout, ModelGeometry
+from migctl.core.placement import signature
 
 # ("p", profile) for an exact profile, ("v", MiB) for a VRAM request rounded up to an instance size.
 Req = tuple[str, str | int]
@@ -389,7 +390,7 @@ class LocalSearch:
         for w in self.out:
             if w is u or w.at is not None or w.pod.priority < v.pod.priority:
                 continue
-            key = (w.req(home.shapes), w.pod.requests, w.pod.priority, w.pod.node_selector, w.pod.affinity)
+            key = (w.req(home.shapes), w.pod.requests, w.pod.priority, *signature(w.pod))
             if key in tried or key[0] is None or not w.pod.requests.fits_in(d.room(home.box)):
                 continue
             tried.add(key)
@@ -507,5 +508,4 @@ def _excess(it: Item) -> int:
 
 def _kind(it: Item) -> tuple[object, ...]:
     """Pods with equal kinds are interchangeable for every move."""
-    p = it.pod
-    return (it.demand, it.need, p.requests, p.priority, p.node_selector, p.affinity, p.tolerations)
+    return (it.demand, it.need, it.pod.requests, it.pod.priority, *signature(it.pod))

@@ -122,7 +122,7 @@ class _Slot:
     key: int | None = None  # id of its state (`_bkey`) in the views; None when not listed
     version: int = 0
     requests: list[tuple[GpuDemand, int | None, int]] = field(default_factory=list)  # + assignment index
-    locked: bool = False  # serves part of a multi-instance pod: never repacked
+    locked: bool = False  # serves part of a multi-instance pod: the local search leaves it alone
 
 
 def _bkey(slot: _Slot) -> tuple[object, ...]:
