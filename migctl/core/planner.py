@@ -40,12 +40,25 @@ Layout = CanonicalLayout
 Cost = tuple[int, int, int, int, int, int, int]
 # Extra passes that move pods left out by the best pass to the front of their priority ("squeaky wheel").
 SQUEAKY_ROUNDS = 4
+# `balance-first`: the spread of a node's resource fractions left counts in steps of this many per mille.
+BALANCE_STEP = 100
 # Fit checks the local search may spend: a base plus a share per pending pod (a count, so plans stay deterministic).
 IMPROVE_BUDGET = 20_000
 IMPROVE_BUDGET_PER_POD = 500
 IMPROVE_MAX = 400_000
 TIDY_PROBES = 50_000  # of that budget, at most this much for the last round that only lowers stranded memory
-STRATEGIES = ("stranded-first", "pack-first", "pressure-first", "demand-first", "existing-first", "no-changes")
+STRATEGIES = (
+    "stranded-first",
+    "pack-first",
+    "pressure-first",
+    "demand-first",
+    "balance-first",
+    "balance-ties",
+    "small-first",
+    "existing-first",
+    "no-changes",
+)
+BALANCED = ("balance-first", "balance-ties")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -102,6 +115,8 @@ class _NodeState:
     touched: bool = False
     slots: list[_Slot] = field(default_factory=list)
     sigs: list[int] = field(default_factory=list)
+    gpu_total: int = 0  # MiB of GPU memory pods could get here at the start (idle GPUs, free instances)
+    gpu_left: int = 0  # of that, MiB not yet assigned
 
 
 @dataclass(eq=False)
@@ -178,6 +193,7 @@ class Planner:
         self.completions: dict[str, _Completions] = {}
         self.nodes: list[_NodeState] = []
         self.slots: list[_Slot] = []
+        self.order_span = 0  # more than any GPU order
         self.sig_ids: dict[tuple[object, ...], int] = {}
         self.sig_nodes: list[list[_NodeState]] = []
         self.sig_kinds: list[set[str]] = []
@@ -244,6 +260,7 @@ class Planner:
                 order += 1
             self.nodes.append(ns)
             self.slots.extend(ns.slots)
+        self.order_span = order + 1
 
     def _sig(self, pod: Pod) -> int:
         sig = signature(pod)
@@ -460,6 +477,7 @@ class Planner:
                     self._rekey(s)
         slot.requests.append((demand, pod.need_mib, len(self.assignments)))
         self.cap_left[slot.kind] -= mib
+        ns.gpu_left -= mib
         self.assignments.append(
             Assignment(pod.key, ns.node.name, slot.index, profile, mib, need_mib(demand, mib, pod.need_mib))
         )
@@ -495,7 +513,7 @@ class Planner:
                 useful, slot = top
                 opt = _Option(0, 0, 0, useful, False, slot.mig)
                 cost = self._protected(self._cost(pod, demand, mib, opt, kind, profile), pod, kind)
-                cand: _Candidate = (cost, slot.order, slot, profile, mib, opt)
+                cand: _Candidate = self._tilted(cost, pod, slot, profile, mib, opt)
                 if best is None or cand[:2] < best[:2]:
                     best = cand
         cid = self.class_ids.setdefault((demand, pod.need_mib), len(self.class_ids))
@@ -505,6 +523,13 @@ class Planner:
                 continue
             unit = (self._protected(unit[0], pod, slots[0].kind), *unit[1:])
             if best is not None and unit[0] > best[0]:
+                continue
+            if self.strategy in BALANCED:  # every GPU of the state: the node matters, not just the order
+                for s in slots:
+                    if pod.requests.fits_in(s.node.free):
+                        c = self._tilted(unit[0], pod, s, unit[3], unit[4], unit[5])
+                        if best is None or c[:2] < best[:2]:
+                            best = c
                 continue
             for s in slots:
                 if s.order > (best[1] if best is not None and unit[0] == best[0] else float("inf")):
@@ -518,6 +543,31 @@ class Planner:
         slot.node.free = slot.node.free - pod.requests
         self._apply(pod, demand, slot, profile, mib, opt)
         return True
+
+    def _tilted(self, cost: Cost, pod: Pod, slot: _Slot, profile: str, mib: int, opt: _Option) -> _Candidate:
+        """A candidate with its tie-break: the GPU order, or for the balance strategies how unevenly the node's
+        resources would be left (`_spread`), either in place of the scarce-kind term of the cost
+        (`balance-first`, in steps of BALANCE_STEP, so it outranks stranded memory) or before the GPU order
+        (`balance-ties`, in one float: the spread times more than any order, plus the order)."""
+        if self.strategy == "balance-first":
+            spread = self._spread(pod, slot, mib) // BALANCE_STEP
+            return ((cost[0], spread, *cost[2:]), slot.order, slot, profile, mib, opt)
+        if self.strategy == "balance-ties":
+            return (cost, self._spread(pod, slot, mib) * self.order_span + slot.order, slot, profile, mib, opt)
+        return (cost, slot.order, slot, profile, mib, opt)
+
+    def _spread(self, pod: Pod, slot: _Slot, mib: int) -> int:
+        """Per mille: how far apart the fractions of the node's GPU memory, CPU and memory left free would be.
+        A GPU-heavy pod then goes where CPU is scarce and a CPU-heavy one where CPU is plentiful, so neither
+        strands the resource the other needs (the misses against the exact solver were mostly that)."""
+        ns = slot.node
+        start = ns.node.free
+        fr = [(ns.gpu_left - mib) / ns.gpu_total if ns.gpu_total else 0.0]
+        if start.cpu_m:
+            fr.append((ns.free.cpu_m - pod.requests.cpu_m) / start.cpu_m)
+        if start.memory:
+            fr.append((ns.free.memory - pod.requests.memory) / start.memory)
+        return round((max(fr) - min(fr)) * 1000)
 
     # -- scarcity ----------------------------------------------------------------------------------------
 
@@ -764,6 +814,7 @@ class Planner:
         pending = sorted(
             self.snapshot.pending,
             key=lambda p: (
+                self._size(p) if self.strategy == "small-first" else 0,
                 -p.priority,
                 p.key not in self.boost,
                 self._flexibility(p),
@@ -785,9 +836,12 @@ class Planner:
                 self.rigid_left[kinds[0]] += self._rigid_mib(p, kinds[0])
         for slot in self.slots:
             if slot.reconfigurable and slot.model is not None:
-                self.cap_left[slot.kind] += slot.model.full_profile.memory_mib
+                offer = slot.model.full_profile.memory_mib
             else:
-                self.cap_left[slot.kind] += sum(mib * n for mib, n in self._free_mib(slot))
+                offer = sum(mib * n for mib, n in self._free_mib(slot))
+            self.cap_left[slot.kind] += offer
+            slot.node.gpu_total += offer
+            slot.node.gpu_left += offer
         unplaced: list[Pod] = []
         for pod in pending:
             if pod.units == 1 and pod.gpu[0].count == 1:
@@ -947,13 +1001,18 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     """Plan MIG layouts for a snapshot: pure, deterministic, no I/O.
 
     The greedy `stranded-first` pass usually places every pod that can be placed at all. When it leaves pods
-    that some GPU in their reach could serve, four more passes run and the best plan by the objective wins:
+    that some GPU in their reach could serve, more passes run and the best plan by the objective wins:
     `pack-first` (each pod takes the smallest share of a GPU it can),
     `pressure-first` (pods that fit several GPU kinds avoid kinds that single-kind pods still need),
-    `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including `no-changes`
-    guarantees a plan never places fewer pods of any priority than leaving the layouts alone. Then, "squeaky
-    wheel": the pods the latest pass left out go first within their priority in another pass of the best
-    strategy, a few rounds, keeping the best plan.
+    `demand-first` (the same, against the kinds that all pods still to place need most),
+    `balance-first` (a pod goes where the node's GPU memory, CPU and memory stay most evenly used, before
+    stranded memory counts), `balance-ties` (the same, among options of equal cost),
+    `small-first` (smallest pods first across priorities; the local search then claims room for higher
+    priorities), `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including
+    `no-changes` guarantees a plan never places fewer pods of any priority than leaving the layouts alone. Every
+    pass but `no-changes` ends with the local search (`improve.py`). Then, "squeaky wheel": the pods the latest
+    pass left out go first within their priority in another pass, alternating the two best strategies, a few
+    rounds, keeping the best plan.
     """
     shapes: dict[str, Shapes] = {}
     first = Planner(snapshot, settings, shapes=shapes)
@@ -963,20 +1022,22 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     if all(p.key in placed or p.key in hopeless for p in snapshot.pending):
         return best
     best_rank = rank(best, snapshot)
-    best_strategy = STRATEGIES[0]
-    for strategy in STRATEGIES[1:]:
+    ranked = [(best_rank, 0, STRATEGIES[0])]
+    for i, strategy in enumerate(STRATEGIES[1:], 1):
         other = Planner(snapshot, settings, strategy, shapes=shapes).run()
         other_rank = rank(other, snapshot)
+        ranked.append((other_rank, i, strategy))
         if other_rank < best_rank:
-            best, best_rank, best_strategy = other, other_rank, strategy
+            best, best_rank = other, other_rank
+    leaders = [s for _, _, s in sorted(ranked)[:2]]
     boost: set[str] = set()
     latest = best
-    for _ in range(SQUEAKY_ROUNDS):
+    for r in range(SQUEAKY_ROUNDS):
         left = {p.key for p in snapshot.pending} - {a.pod for a in latest.assignments} - hopeless
         if not left or left <= boost:
             break
         boost |= left
-        latest = Planner(snapshot, settings, best_strategy, frozenset(boost), shapes).run()
+        latest = Planner(snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes).run()
         latest_rank = rank(latest, snapshot)
         if latest_rank < best_rank:
             best, best_rank = latest, latest_rank

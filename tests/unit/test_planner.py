@@ -6,7 +6,7 @@ import pytest
 
 from migctl.core.cluster import Node, Pod, Requirement, Resources, Snapshot, Taint, Term
 from migctl.core.geometry import geometry
-from migctl.core.planner import plan
+from migctl.core.planner import Planner, plan
 from migctl.core.settings import PlannerSettings
 from tests.unit.builders import CATALOG, mig, node, tolerate, vram, whole
 
@@ -233,6 +233,23 @@ def test_left_out_pod_goes_first_in_a_later_pass() -> None:
     got = assigned(run([roomy, tight], [big_gpu, big_cpu]))
     assert got["ns/big-cpu"][0] == "n1"
     assert got["ns/big-gpu"][0] == "n2"
+
+
+def test_a_cpu_heavy_pod_goes_where_cpu_is_plentiful() -> None:
+    """Two one-GPU nodes, one short of CPU. The CPU-heavy high-priority pod takes the lean node's CPU in the
+    greedy's name order, and no single move gets it back (the roomy node's GPU is full of lower-priority pods):
+    8 of 14 land. `balance-first` sends it where CPU and GPU memory stay evenly used, and all 14 land."""
+    lean = node("a-lean", "a100-40gb", [{"1g.5gb": 7}], cpu_m=8_000)
+    roomy = node("b-roomy", "a100-40gb", [{"1g.5gb": 7}], cpu_m=64_000)
+    heavy = Pod("ns", "heavy", 100, requests=Resources(8_000, 0, 1), gpu=vram("x", 4).gpu)
+    light = [Pod("ns", f"light{i:02d}", requests=Resources(500, 0, 1), gpu=vram("x", 4).gpu) for i in range(13)]
+    snap = Snapshot((lean, roomy), (heavy, *light))
+    greedy = Planner(snap, strategy="stranded-first").run()
+    assert len(greedy.assignments) == 8
+    balanced = Planner(snap, strategy="balance-first").run()
+    assert {a.pod: a.node for a in balanced.assignments}["ns/heavy"] == "b-roomy"
+    assert len(balanced.assignments) == 14
+    assert len(plan(snap).assignments) == 14
 
 
 def test_pod_that_fits_one_model_is_not_crowded_out() -> None:
