@@ -79,8 +79,11 @@ class _Completions:
 
     def usefulness(self, free: Counter[str]) -> int:
         """Sum of squared GiB of free instances: one 40 GiB instance beats four of 10 GiB (FGD-style)."""
-        profiles = self.geo.profiles
-        return sum((profiles[n].memory_mib // 1024) ** 2 * c for n, c in free.items() if c > 0)
+        return sum(self.worth(n) * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
+
+    def worth(self, profile: str) -> int:
+        """One free instance's term of `usefulness`."""
+        return (self.geo.profiles[profile].memory_mib // 1024) ** 2
 
     def best(self, assigned: Layout) -> tuple[Layout, int, int] | None:
         """(layout, unusable MiB, usefulness of its free instances) or None when `assigned` cannot exist."""
@@ -138,6 +141,8 @@ class _Slot:
     version: int = 0
     requests: list[tuple[GpuDemand, int | None, int]] = field(default_factory=list)  # + assignment index
     locked: bool = False  # serves part of a multi-instance pod: the local search leaves it alone
+    # heap entries of its free instances at a version, made once and pushed into every signature's heaps
+    entries: tuple[int, list[tuple[str, tuple[int, float, int, int, _Slot]]]] | None = None
 
 
 def _bkey(slot: _Slot) -> tuple[object, ...]:
@@ -206,6 +211,8 @@ class Planner:
         self.grow_memo: dict[int, bool] = {}
         self.unit_memo: dict[tuple[int, int], _Candidate | None] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
+        self.kinds_memo: dict[tuple[int, tuple[GpuDemand, ...]], list[str]] = {}
+        self.misfit_memo: dict[tuple[int, tuple[GpuDemand, ...]], tuple[Counter[str], list[_NodeState]]] = {}
         self.shapes = {} if shapes is None else shapes  # shared by the passes of one `plan()`: fits are memoised
         self.pod_kinds: dict[str, int] = {}
         self.rigid_kind: dict[str, str] = {}
@@ -298,14 +305,18 @@ class Planner:
         left = self._left(slot)
         if not left:
             return
-        comp = self.completions.get(slot.kind)
-        for profile, n in left.items():
-            if n <= 0:
-                continue
-            after = left.copy()
-            after[profile] -= 1
-            useful = comp.usefulness(after) if comp is not None and profile != WHOLE_GPU else 0
-            entry = (-useful, slot.order, next(self._seq), slot.version, slot)
+        if slot.entries is None or slot.entries[0] != slot.version:
+            comp = self.completions.get(slot.kind)
+            total = comp.usefulness(left) if comp is not None else 0
+            made = []
+            for profile, n in left.items():
+                if n <= 0:
+                    continue
+                # usefulness is a sum over instances: taking one off subtracts its own term
+                useful = total - comp.worth(profile) if comp is not None and profile != WHOLE_GPU else 0
+                made.append((profile, (-useful, slot.order, next(self._seq), slot.version, slot)))
+            slot.entries = (slot.version, made)
+        for profile, entry in slot.entries[1]:
             for sid in sids:
                 heappush(self.heaps.setdefault((sid, slot.kind, profile), []), entry)
 
@@ -358,8 +369,7 @@ class Planner:
         if left[profile] <= 0:
             return None
         comp = self.completions.get(slot.kind)
-        left[profile] -= 1
-        useful = comp.usefulness(left) if comp is not None and profile != WHOLE_GPU else 0
+        useful = comp.usefulness(left) - comp.worth(profile) if comp is not None and profile != WHOLE_GPU else 0
         return _Option(0, 0, 0, useful, False, slot.mig)
 
     def _reconf_option(self, slot: _Slot, profile: str) -> _Option | None:
@@ -807,8 +817,17 @@ class Planner:
     def _flexibility(self, pod: Pod) -> int:
         """How many GPU kinds in reach could serve the pod: pods with fewer options go first within a priority,
         so a pod that only fits one model is not crowded out by pods that fit anywhere."""
-        kinds = self.sig_kinds[self._sig(pod)]
-        return sum(1 for k in kinds if all(self._choices(k, d) for d in pod.gpu))
+        return len(self._kinds(pod))
+
+    def _kinds(self, pod: Pod) -> list[str]:
+        """The GPU kinds in the pod's reach that can serve every one of its GPU requests (memoised per class)."""
+        key = (self._sig(pod), pod.gpu)
+        hit = self.kinds_memo.get(key)
+        if hit is None:
+            hit = self.kinds_memo[key] = [
+                k for k in sorted(self.sig_kinds[key[0]]) if all(self._choices(k, d) for d in pod.gpu)
+            ]
+        return hit
 
     def run(self) -> Plan:
         pending = sorted(
@@ -824,7 +843,7 @@ class Planner:
             ),
         )
         for p in pending:
-            kinds = [k for k in self.sig_kinds[self._sig(p)] if all(self._choices(k, d) for d in p.gpu)]
+            kinds = self._kinds(p)
             self.pod_kinds[p.key] = len(kinds)
             if self.strategy == "demand-first" and kinds:
                 shares = [(k, self._rigid_mib(p, k) // len(kinds)) for k in kinds]
@@ -966,17 +985,10 @@ class Planner:
                 "needs a whole GPU with MIG disabled; none is free and MIG mode changes are off "
                 "(planner.allow_mig_mode_change)"
             )
-        misfit: Counter[str] = Counter()
-        gpu_nodes = list(self.nodes)
-        for ns in gpu_nodes:
-            why = static_misfit(pod, ns.node)
-            if why:
-                misfit[why] += 1
-                continue
-            kinds = {s.kind for s in ns.slots}
-            if not any(self._choices(k, d) for k in kinds for d in pod.gpu):
-                misfit["GPU model cannot serve the request"] += 1
-            elif not pod.requests.fits_in(ns.free):
+        fixed, open_nodes = self._misfits(pod)
+        misfit = fixed.copy()
+        for ns in open_nodes:
+            if not pod.requests.fits_in(ns.free):
                 misfit["insufficient cpu, memory or pod slots"] += 1
             elif ns.node.frozen_reason:
                 misfit[f"node not reconfigurable ({ns.node.frozen_reason}) and no free instance"] += 1
@@ -984,7 +996,26 @@ class Planner:
                 misfit["no free instance; GPUs busy (per-GPU usage unknown)"] += 1
             else:
                 misfit["no free instance and no idle GPU that a layout change could use"] += 1
-        return tally(misfit, len(gpu_nodes)) + f"; needs {', '.join(str(d) for d in pod.gpu)}"
+        return tally(misfit, len(self.nodes)) + f"; needs {', '.join(str(d) for d in pod.gpu)}"
+
+    def _misfits(self, pod: Pod) -> tuple[Counter[str], list[_NodeState]]:
+        """Why nodes refuse the pod whatever its CPU and memory (selectors, taints, GPU model), counted, and the
+        nodes left; memoised per signature and GPU request, since explaining is per left-out pod."""
+        key = (self._sig(pod), pod.gpu)
+        hit = self.misfit_memo.get(key)
+        if hit is None:
+            fixed: Counter[str] = Counter()
+            left = []
+            for ns in self.nodes:
+                why = static_misfit(pod, ns.node)
+                if not why and not any(self._choices(k, d) for k in {s.kind for s in ns.slots} for d in pod.gpu):
+                    why = "GPU model cannot serve the request"
+                if why:
+                    fixed[why] += 1
+                else:
+                    left.append(ns)
+            hit = self.misfit_memo[key] = (fixed, left)
+        return hit
 
 
 def rank(result: Plan, snapshot: Snapshot) -> tuple[object, ...]:
