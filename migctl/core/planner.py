@@ -527,11 +527,14 @@ class Planner:
                 if best is None or cand[:2] < best[:2]:
                     best = cand
         cid = self.class_ids.setdefault((demand, pod.need_mib), len(self.class_ids))
+        protects = self._protect_kinds(pod)
+        memo = self.unit_memo
         for kid, slots in self.views[sid].items():
-            unit = self._reconf_unit(pod, demand, slots[0], kid, cid)
+            unit = memo[(kid, cid)] if (kid, cid) in memo else self._reconf_unit(pod, demand, slots[0], kid, cid)
             if unit is None:
                 continue
-            unit = (self._protected(unit[0], pod, slots[0].kind), *unit[1:])
+            if protects:
+                unit = (self._protected(unit[0], pod, slots[0].kind), *unit[1:])
             if best is not None and unit[0] > best[0]:
                 continue
             if self.strategy in BALANCED:  # every GPU of the state: the node matters, not just the order
@@ -581,10 +584,14 @@ class Planner:
 
     # -- scarcity ----------------------------------------------------------------------------------------
 
+    def _protect_kinds(self, pod: Pod) -> bool:
+        """Whether `_protect` can be non-zero for this pod (it fits several kinds, under a scarcity strategy)."""
+        return self.strategy in ("pressure-first", "demand-first") and self.pod_kinds.get(pod.key, 0) > 1
+
     def _protect(self, pod: Pod, kind: str) -> int:
         """`pressure-first` only: how much of a GPU kind's remaining capacity pods with no other choice still
         need (percent). A pod that fits several kinds then goes where it crowds out the fewest such pods."""
-        if self.strategy not in ("pressure-first", "demand-first") or self.pod_kinds.get(pod.key, 0) <= 1:
+        if not self._protect_kinds(pod):
             return 0
         left = self.rigid_left if self.strategy == "pressure-first" else self.demand_left
         return min(1000, left[kind] * 100 // max(1, self.cap_left[kind]))
