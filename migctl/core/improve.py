@@ -18,7 +18,8 @@ each left-out pod `u`, highest priority first, tries in turn:
    own turn.
 
 Every kept move improves the pods placed per priority, so the search ends; rounds repeat while they change
-something. Then **tidy** moves single pods to GPUs where they strand less (objective 2).
+something. Then **tidy** moves single pods to GPUs where they strand less (objective 2), and since that often
+moves a pod into a smaller instance, the left-out pods get one more search (the planner runs the three).
 
 A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
 requests' canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that

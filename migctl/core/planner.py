@@ -785,6 +785,8 @@ class Planner:
         search = LocalSearch(candidates, min(IMPROVE_MAX, IMPROVE_BUDGET + IMPROVE_BUDGET_PER_POD * len(pods)))
         search.run(todo)
         search.tidy([it for _, b in bins for it in b.items], TIDY_PROBES)
+        if search.out:  # tidying moved pods to smaller instances, which may have opened room
+            search.run(list(search.out))
         placed = {it.pod.key for _, b in bins for it in b.items}
         self.assignments = [a for a in self.assignments if a.pod not in movable]
         for ns in self.nodes:
