@@ -55,6 +55,7 @@ STRATEGIES = (
     "balance-first",
     "balance-ties",
     "small-first",
+    "ascending",
     "existing-first",
     "no-changes",
 )
@@ -846,7 +847,7 @@ class Planner:
                 -p.priority,
                 p.key not in self.boost,
                 self._flexibility(p),
-                -self._size(p),
+                self._size(p) if self.strategy == "ascending" else -self._size(p),
                 p.created,
                 p.key,
             ),
@@ -1048,7 +1049,8 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     `balance-first` (a pod goes where the node's GPU memory, CPU and memory stay most evenly used, before
     stranded memory counts), `balance-ties` (the same, among options of equal cost),
     `small-first` (smallest pods first across priorities; the local search then claims room for higher
-    priorities), `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including
+    priorities), `ascending` (smallest first within each priority: more pods of a tier that cannot all fit),
+    `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including
     `no-changes` guarantees a plan never places fewer pods of any priority than leaving the layouts alone. Every
     pass but `no-changes` ends with the local search (`improve.py`). Then, "squeaky wheel": the pods the latest
     pass left out go first within their priority in another pass, alternating the two best strategies, a few

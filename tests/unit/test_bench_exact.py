@@ -106,3 +106,14 @@ def test_left_out_pods_get_a_second_search_after_tidy() -> None:
     assert ex.optimal
     got = Planner(snap, strategy="stranded-first").run()
     assert tiers_of(snap, {a.pod for a in got.assignments}) == tuple(k for _, k in ex.placed_by_priority)
+
+
+def test_the_ascending_pass_reaches_the_optimum_where_largest_first_does_not() -> None:
+    """Seeded instance (three priorities) whose middle tier cannot all fit: taking its smallest pods first
+    (`ascending`) reaches the exact optimum's pods per priority; without that pass the plan places one pod of
+    the middle tier fewer (and one more of the lowest, which ranks below it)."""
+    snap = random_instance(2019, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
+    ex = exact.solve(snap, time_limit=60)
+    assert ex.optimal
+    got = plan(snap)
+    assert tiers_of(snap, {a.pod for a in got.assignments}) == tuple(k for _, k in ex.placed_by_priority)
