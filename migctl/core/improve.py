@@ -152,6 +152,8 @@ class Item:
     at: Bin | None = None
     profile: str = ""
     reqs: dict[int, Req | None] = field(default_factory=dict)  # per Shapes (by id)
+    kind: tuple[object, ...] | None = None  # `_kind`, memoised
+    kid: int = -1  # its interned id in the local search
 
     def req(self, shapes: Shapes) -> Req | None:
         key = id(shapes)
@@ -226,9 +228,20 @@ class LocalSearch:
         self.budget = budget  # probes left
         self.out: list[Item] = []  # pods left out, highest priority first
         self.epoch = 0  # bumped on every kept change: cached answers of older epochs are stale
-        self._spots: dict[tuple[object, ...], tuple[int, list[Bin]]] = {}
-        self._failed: dict[tuple[object, ...], int] = {}  # pod kind -> epoch when no move helped it
-        self._reach_sets: dict[tuple[object, ...], set[Bin]] = {}
+        self._spots: dict[tuple[int, int], tuple[int, list[Bin]]] = {}
+        self._failed: dict[int, int] = {}  # pod kind -> epoch when no move helped it
+        self._reach_sets: dict[int, set[Bin]] = {}
+        self._filler_cache: tuple[object, dict[int, list[tuple[Item, int]]]] = (None, {})
+        self._ids: dict[tuple[object, ...], int] = {}  # interned kinds: keys then hash one small int
+
+    def _intern(self, key: tuple[object, ...]) -> int:
+        return self._ids.setdefault(key, len(self._ids))
+
+    def _kid(self, it: Item) -> int:
+        """Interned `_kind` of the pod (cached on the item)."""
+        if it.kid < 0:
+            it.kid = self._intern(_kind(it))
+        return it.kid
 
     def _probe(self, b: Bin, add: Sequence[Item], drop: Sequence[Item] = ()) -> Fit | None:
         self.budget -= 1
@@ -246,13 +259,13 @@ class LocalSearch:
         while progress and self.budget > 0:
             progress = False
             for u in list(self.out):
-                if u.at is not None or self.budget <= 0 or self._failed.get(_kind(u)) == self.epoch:
+                if u.at is not None or self.budget <= 0 or self._failed.get(self._kid(u)) == self.epoch:
                     continue
                 if self.insert(u) or self.eject(u):
                     progress = True
                     self.epoch += 1
                 else:
-                    self._failed[_kind(u)] = self.epoch
+                    self._failed[self._kid(u)] = self.epoch
             self.out = sorted((it for it in self.out if it.at is None), key=lambda it: -it.pod.priority)
         return self.out
 
@@ -313,7 +326,7 @@ class LocalSearch:
 
     def spots(self, v: Item) -> list[Bin]:
         """GPUs other than its own where `v` would fit as things stand (cached until the next kept change)."""
-        key = (id(v.at), *_kind(v))
+        key = (id(v.at), self._kid(v))
         hit = self._spots.get(key)
         if hit is not None and hit[0] == self.epoch:
             return hit[1]
@@ -364,7 +377,7 @@ class LocalSearch:
         out: list[Item] = []
         seen: set[tuple[object, ...]] = set()
         for v in pool:
-            key = (id(v.at), *_kind(v))
+            key = (id(v.at), self._kid(v))
             if key not in seen:
                 seen.add(key)
                 out.append(v)
@@ -375,11 +388,14 @@ class LocalSearch:
         least `v`'s priority fits in the room `v` leaves. Otherwise, when `v` has a lower priority than `u`, the
         draft that leaves `v` out, for the caller to keep if nothing better turns up."""
         self.budget -= 1
+        assert v.at is not None
+        # the draft's own checks, without building it: most candidates fail here
+        room = b.box.free + v.pod.requests if v.at.box is b.box else b.box.free
+        if not u.pod.requests.fits_in(room) or self._probe(b, [u], [v] if v.at is b else []) is None:
+            return False
         d = _Draft()
         d.take(v)
         d.put(u, b)
-        if not d.ok(b.box) or self._probe(b, d.adds(b), d.drops(b)) is None:
-            return False
         z = self._place(v, d)
         if z is not None:
             d.put(v, z)
@@ -388,11 +404,12 @@ class LocalSearch:
         # another left-out pod in the room v leaves on its GPU
         assert home is not None
         tried: set[tuple[object, ...]] = set()
-        for w in self.out:
-            if w is u or w.at is not None or w.pod.priority < v.pod.priority:
+        room = d.room(home.box)
+        for w, rest in self._fillers(v.pod.priority):
+            if w is u:
                 continue
-            key = (w.req(home.shapes), w.pod.requests, w.pod.priority, *signature(w.pod))
-            if key in tried or key[0] is None or not w.pod.requests.fits_in(d.room(home.box)):
+            key = (w.req(home.shapes), rest)  # interchangeable here: same instance sizes, same rest
+            if key in tried or key[0] is None or not w.pod.requests.fits_in(room):
                 continue
             tried.add(key)
             if home in self._reach(w) and self._probe(home, [*d.adds(home), w], d.drops(home)) is not None:
@@ -400,6 +417,25 @@ class LocalSearch:
                 self.out.append(v)
                 return self._commit(d)
         return d if v.pod.priority < u.pod.priority else False
+
+    def _fillers(self, priority: int) -> list[tuple[Item, int]]:
+        """The left-out pods of at least `priority` that could fill a room, in order, two per kind (one may be
+        the pod being placed; later ones of a kind would only repeat a probe), with their kinds less demand and
+        need. Cached until the list of left-out pods changes."""
+        stamp = (id(self.out), len(self.out), self.epoch)
+        if self._filler_cache[0] != stamp:
+            self._filler_cache = (stamp, {})
+        by_priority = self._filler_cache[1]
+        if priority not in by_priority:
+            seen: dict[int, int] = {}
+            out = []
+            for w in self.out:
+                k = self._kid(w)
+                if w.at is None and w.pod.priority >= priority and seen.get(k, 0) < 2:
+                    seen[k] = seen.get(k, 0) + 1
+                    out.append((w, self._intern(_kind(w)[2:])))
+            by_priority[priority] = out
+        return by_priority[priority]
 
     def _evacuate(self, u: Item, b: Bin, drop: bool) -> tuple[_Draft, list[Item]] | None:
         """Move every pod off `b` to other GPUs (largest first), then put `u` on it: frees a whole GPU when the
@@ -425,7 +461,7 @@ class LocalSearch:
         return d, left
 
     def _reach(self, it: Item) -> set[Bin]:
-        key = _kind(it)
+        key = self._kid(it)
         if key not in self._reach_sets:
             self._reach_sets[key] = set(self.candidates(it))
         return self._reach_sets[key]
@@ -476,7 +512,8 @@ class _Draft:
         self.res[b.box] = self.res.get(b.box, Resources()) - it.pod.requests
 
     def room(self, box: Box) -> Resources:
-        return box.free + self.res.get(box, Resources())
+        delta = self.res.get(box)
+        return box.free if delta is None else box.free + delta
 
     def ok(self, box: Box) -> bool:
         return Resources().fits_in(self.room(box))
@@ -508,5 +545,7 @@ def _excess(it: Item) -> int:
 
 
 def _kind(it: Item) -> tuple[object, ...]:
-    """Pods with equal kinds are interchangeable for every move."""
-    return (it.demand, it.need, it.pod.requests, it.pod.priority, *signature(it.pod))
+    """Pods with equal kinds are interchangeable for every move (computed once per item)."""
+    if it.kind is None:
+        it.kind = (it.demand, it.need, it.pod.requests, it.pod.priority, *signature(it.pod))
+    return it.kind
