@@ -665,6 +665,7 @@ class Planner:
                 break
         if commit and ok:
             hosts = {a.gpu for a in self.assignments[saved_assign:]}
+            ns.gpu_left -= sum(a.instance_mib for a in self.assignments[saved_assign:])
             for s in ns.slots:
                 s.locked = s.locked or s.index in hosts
                 self._refresh(s)
