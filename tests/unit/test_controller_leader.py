@@ -84,7 +84,8 @@ def test_leader_that_cannot_renew_stops_acting_before_the_lease_expires() -> Non
     _wait(lambda: a.leading)
     leases.down = True
     down = time.monotonic()
-    _wait(lambda: not a.leading)
+    _wait(lambda: "a-" in log)  # `leading` drops just before `on_stopped` runs: wait for the callback itself
+    assert not a.leading
     assert time.monotonic() - down < FAST.lease_duration_s  # gave up within the renew deadline
     assert log == ["a+", "a-"]
     a.stop()
