@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 pytest.importorskip("scipy")
@@ -12,6 +14,7 @@ from bench.quality import tiers_of
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.migparted import GpuConfig
+from migctl.core.plan import Plan
 from migctl.core.planner import Planner, plan
 
 CATALOG = load_catalog()
@@ -97,44 +100,41 @@ def test_planner_never_beats_the_optimum(seed: int) -> None:
         assert result.objective()[1] >= res.stranded_mib
 
 
+def _seeded_against_optimum(seed: int, planner: Callable[[Snapshot], Plan]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Pods placed per priority on a small seeded random instance: by `planner`, and by the proven optimum."""
+    snap = random_instance(seed, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
+    ex = exact.solve(snap, time_limit=60)
+    assert ex.optimal
+    got = planner(snap)
+    return tiers_of(snap, {a.pod for a in got.assignments}), tuple(k for _, k in ex.placed_by_priority)
+
+
 def test_left_out_pods_get_a_second_search_after_tidy() -> None:
     """Seeded instance (4 GPUs, 18 pods) where the first local search leaves a high-priority pod out and the
     tidy round, moving pods into smaller instances, opens the room it needs: one `stranded-first` pass then
     reaches the exact optimum (without the second search it places 7 of the 8 possible top-tier pods)."""
-    snap = random_instance(1387, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
-    ex = exact.solve(snap, time_limit=60)
-    assert ex.optimal
-    got = Planner(snap, strategy="stranded-first").run()
-    assert tiers_of(snap, {a.pod for a in got.assignments}) == tuple(k for _, k in ex.placed_by_priority)
+    got, optimum = _seeded_against_optimum(1387, lambda snap: Planner(snap, strategy="stranded-first").run())
+    assert got == optimum
 
 
 def test_the_ascending_pass_reaches_the_optimum_where_largest_first_does_not() -> None:
     """Seeded instance (three priorities) whose middle tier cannot all fit: taking its smallest pods first
     (`ascending`) reaches the exact optimum's pods per priority; without that pass the plan places one pod of
     the middle tier fewer (and one more of the lowest, which ranks below it)."""
-    snap = random_instance(2019, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
-    ex = exact.solve(snap, time_limit=60)
-    assert ex.optimal
-    got = plan(snap)
-    assert tiers_of(snap, {a.pod for a in got.assignments}) == tuple(k for _, k in ex.placed_by_priority)
+    got, optimum = _seeded_against_optimum(2019, plan)
+    assert got == optimum
 
 
 def test_the_small_first_pass_reaches_the_optimum_pods_per_priority() -> None:
     """Seeded instance where taking the smallest pods first across priorities, then letting the local search
     claim room back for the higher priority, reaches the exact optimum's pods per priority; without that pass
     two lower-priority pods fewer are placed."""
-    snap = random_instance(2122, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
-    ex = exact.solve(snap, time_limit=60)
-    assert ex.optimal
-    got = plan(snap)
-    assert tiers_of(snap, {a.pod for a in got.assignments}) == tuple(k for _, k in ex.placed_by_priority)
+    got, optimum = _seeded_against_optimum(2122, plan)
+    assert got == optimum
 
 
 def test_the_balance_ties_pass_reaches_the_optimum_pods_per_priority() -> None:
     """Seeded instance where breaking cost ties by how evenly a node's resources stay used reaches the exact
     optimum's pods per priority; without that pass the middle tier places one pod fewer."""
-    snap = random_instance(2455, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
-    ex = exact.solve(snap, time_limit=60)
-    assert ex.optimal
-    got = plan(snap)
-    assert tiers_of(snap, {a.pod for a in got.assignments}) == tuple(k for _, k in ex.placed_by_priority)
+    got, optimum = _seeded_against_optimum(2455, plan)
+    assert got == optimum
