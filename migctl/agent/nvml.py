@@ -4,6 +4,10 @@ Every call made here is a query (`nvmlInit`, `nvmlShutdown`, `nvmlSystem*Get*`, 
 `nvmlGpuInstanceGetInfo`): nothing is created, destroyed or reset, so `migctl agent --once --print` is safe on a
 production GPU node. The NVML library is injectable (`NvmlReader(lib)`) so tests run against a fake module.
 
+Profile memory is read from every MIG-capable GPU, MIG on or off: the driver's numbers move between releases
+(H200 `1g.35gb`: 33024 MiB in mig-parted#120, 33280 MiB on driver 580.159.04), and the planner should size a
+GPU's first layout by its own driver, not by the catalog's prior.
+
 GPU instances are found through their MIG devices (`nvmlDeviceGetMigDeviceHandleByIndex`): a GPU instance
 without a compute instance has no MIG device, is invisible to the device plugin too, and is not reported.
 """
@@ -119,7 +123,7 @@ class NvmlReader:
         current = bool(modes and modes[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
         pending = bool(modes and modes[1] == pynvml.NVML_DEVICE_MIG_ENABLE)
         by_id: dict[int, tuple[str, int]] = {}
-        if current:
+        if capable:  # the driver answers profile queries with MIG off too (H200, driver 580, seen 2026-11-30)
             for idx in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
                 info = self._optional(lib.nvmlDeviceGetGpuInstanceProfileInfo, h, idx)
                 if info is None or int(info.memorySizeMB) <= 0:

@@ -4,6 +4,8 @@ Machines (numbers from docs/profiles.md and the reference fact base, not from go
 - `a100_mig()`: A100-SXM4-40GB, MIG on, 3g.20gb (busy) + 2g.10gb (idle) + 1g.5gb (busy), the placements real
   NVML reports for that creation order (0:4, 4:2, 6:1).
 - `h100_no_mig()`: H100 80GB HBM3, MIG capable but disabled, idle.
+- `h200_no_mig()`: H200, MIG capable but disabled, with the profile table a real H200 returned through NVML
+  (driver 580.159.04, `hack/nvml-catalog-check.py` on the device machine, 2026-11-30; docs/profiles.md).
 - `t4()`: Tesla T4, not MIG capable, one process running.
 Errors are `pynvml.NVMLError` subclasses, so the agent's error handling is the one that meets real NVML.
 Every call is recorded in `calls` so a test can prove the agent only queries.
@@ -65,6 +67,17 @@ H100_80GB_PROFILES = {
     0x4: (0, 7, 81152),
 }
 
+# H200 (NVML total 143771 MiB), read on real hardware with MIG disabled, driver 580.159.04.
+H200_DRIVER_580_PROFILES = {
+    0x0: (19, 1, 16384),
+    0x7: (20, 1, 16384),
+    0x9: (15, 1, 33280),
+    0x1: (14, 2, 33280),
+    0x2: (9, 3, 71424),
+    0x3: (5, 4, 71424),
+    0x4: (0, 7, 143360),
+}
+
 
 def a100_mig() -> FakeGpu:
     return FakeGpu(
@@ -83,6 +96,10 @@ def a100_mig() -> FakeGpu:
 
 def h100_no_mig() -> FakeGpu:
     return FakeGpu("NVIDIA H100 80GB HBM3", "GPU-h100-0000", 81559, (0, 0), dict(H100_80GB_PROFILES))
+
+
+def h200_no_mig() -> FakeGpu:
+    return FakeGpu("NVIDIA H200", "GPU-h200-0000", 143771, (0, 0), dict(H200_DRIVER_580_PROFILES))
 
 
 def t4() -> FakeGpu:

@@ -12,7 +12,7 @@ import migctl.agent.nvml as nvml_module
 from migctl.agent.nvml import NvmlError, NvmlReader
 from migctl.core.catalog import Catalog
 
-from .fake_nvml import FakeNvml, a100_mig, h100_no_mig, t4
+from .fake_nvml import FakeNvml, a100_mig, h100_no_mig, h200_no_mig, t4
 
 
 def test_a100_with_mig_reports_instances_placements_and_busy_devices(catalog: Catalog) -> None:
@@ -41,7 +41,21 @@ def test_h100_with_mig_disabled_and_t4_without_mig() -> None:
         True, False, False, (), False,
     )  # fmt: skip
     assert (tesla.mig_capable, tesla.mig_enabled, tesla.busy, tesla.memory_mib) == (False, False, True, 15360)
-    assert inv.profiles == {}  # profile memory is only read from GPUs that have MIG on
+    # MIG off still publishes the driver's profile memory (the T4 adds none): the first layout is sized by it.
+    assert inv.profiles == {
+        "1g.10gb": 9984, "1g.10gb+me": 9984, "1g.20gb": 20096, "2g.20gb": 20096,
+        "3g.40gb": 40320, "4g.40gb": 40448, "7g.80gb": 81152,
+    }  # fmt: skip
+
+
+def test_h200_driver_580_profile_memory_reaches_the_planners_model(catalog: Catalog) -> None:
+    """Numbers a real H200 gave with MIG off: 256 MiB more than the catalog's prior on four profiles."""
+    inv = NvmlReader(FakeNvml([h200_no_mig()])).read()
+    model = catalog.model("h200-141gb")
+    live = model.with_live_memory(inv.profiles, inv.total_mib)
+    assert {p.name for p in live.profiles} == {p.name for p in model.profiles}  # same names: nothing renamed
+    assert (live.profile("1g.35gb").memory_mib, model.profile("1g.35gb").memory_mib) == (33280, 33024)
+    assert (live.profile("7g.141gb").memory_mib, live.profile("1g.18gb").memory_mib) == (143360, 16384)
 
 
 def test_pending_mig_mode_is_reported() -> None:
