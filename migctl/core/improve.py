@@ -18,7 +18,8 @@ each left-out pod `u`, highest priority first, tries in turn:
    own turn.
 
 Every kept move improves the pods placed per priority, so the search ends; rounds repeat while they change
-something. Then **tidy** moves single pods to GPUs where they strand less (objective 2), and since that often
+something. Then **tidy** moves single pods to GPUs where they strand less (objective 2), and where no single move
+helps, exchanges two pods (one takes the other's place, the other goes to its cheapest GPU). Since that often
 moves a pod into a smaller instance, the left-out pods get one more search (the planner runs the three).
 
 A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
@@ -269,11 +270,12 @@ class LocalSearch:
             self.out = sorted((it for it in self.out if it.at is None), key=lambda it: -it.pod.priority)
         return self.out
 
-    def tidy(self, placed: list[Item], probes: int) -> None:
+    def tidy(self, placed: list[Item], probes: int, chain_probes: int = 0) -> None:
         """Objective 2: move single pods to GPUs where they strand less memory (instance waste plus unusable
         memory of reshaped GPUs), most wasteful first, in rounds until nothing moves or `probes` (at most what is
-        left of the budget) are spent. Objective 2 only, so it gets a fixed share: on thousands of GPUs finding
-        each pod kind's candidate GPUs alone would take the whole budget."""
+        left of the budget) are spent. When no single move helps, exchanges (`_chain`) get up to `chain_probes`
+        of that per round. Objective 2 only, so it gets a fixed share: on thousands of GPUs finding each pod
+        kind's candidate GPUs alone would take the whole budget."""
         stop = self.budget - min(self.budget, probes)
         moved = True
         while moved and self.budget > stop:
@@ -296,6 +298,63 @@ class LocalSearch:
                     self._move(v, best[1])
                     self.epoch += 1
                     moved = True
+            if not moved:
+                chain_stop = max(stop, self.budget - chain_probes)
+                for v in sorted(placed, key=lambda it: (-_excess(it), it.pod.key)):
+                    if self.budget <= chain_stop:
+                        break
+                    if v.at is not None and _excess(v) > 0 and self._chain(v, chain_stop):
+                        self.epoch += 1
+                        moved = True
+
+    def _chain(self, v: Item, stop: int) -> bool:
+        """One step deeper than tidy's single move: `v` takes the place of a pod `w` on another GPU and `w` goes
+        to its cheapest place (`v`'s old GPU included); kept when the memory stranded on the GPUs involved goes
+        down. Finds the exchanges that lower objective 2 where neither pod can move alone."""
+        home = v.at
+        assert home is not None
+        left = self._probe(home, [], [v])
+        assert left is not None, "a subset of what fits still fits"
+        gain = home.cost - left[0]
+        best: tuple[tuple[int, float, float], _Draft] | None = None
+        for y in self.candidates(v):
+            if y is home or not y.items:
+                continue
+            seen: set[int] = set()
+            for w in y.items:
+                if self.budget <= stop:
+                    return self._keep(best)
+                k = self._kid(w)
+                if k in seen:
+                    continue
+                seen.add(k)
+                w_need = y.shapes.mib[w.profile] - _excess(w)
+                d = _Draft()
+                d.take(v)
+                d.take(w)
+                d.put(v, y)
+                if not d.ok(y.box):
+                    continue
+                f = self._probe(y, [v], [w])
+                if f is None or f[0] - y.cost + w_need >= gain:
+                    continue  # w costs at least its need wherever it goes
+                z = self._place(w, d, avoid=y)
+                if z is None:
+                    continue
+                d.put(w, z)
+                delta = 0
+                for b in dict.fromkeys((home, y, z)):
+                    g = self._probe(b, d.adds(b), d.drops(b))
+                    if g is None:
+                        break
+                    delta += g[0] - b.cost
+                else:
+                    if delta < 0 and (best is None or (delta, y.order, z.order) < best[0]):
+                        best = ((delta, y.order, z.order), d)
+        return self._keep(best)
+
+    def _keep(self, best: tuple[object, _Draft] | None) -> bool:
+        return best is not None and self._commit(best[1])
 
     def insert(self, u: Item) -> bool:
         """Put `u` on the GPU where it adds the least cost; False when none has room."""

@@ -47,6 +47,7 @@ IMPROVE_BUDGET = 20_000
 IMPROVE_BUDGET_PER_POD = 500
 IMPROVE_MAX = 400_000
 TIDY_PROBES = 50_000  # of that budget, at most this much for the last round that only lowers stranded memory
+CHAIN_PROBES = 2_500  # of the tidy share, at most this much per round for two-pod exchanges (docs/benchmarks.md)
 STRATEGIES = (
     "stranded-first",
     "pack-first",
@@ -786,7 +787,7 @@ class Planner:
             return unplaced
         search = LocalSearch(candidates, min(IMPROVE_MAX, IMPROVE_BUDGET + IMPROVE_BUDGET_PER_POD * len(pods)))
         search.run(todo)
-        search.tidy([it for _, b in bins for it in b.items], TIDY_PROBES)
+        search.tidy([it for _, b in bins for it in b.items], TIDY_PROBES, CHAIN_PROBES)
         if search.out:  # tidying moved pods to smaller instances, which may have opened room
             search.run(list(search.out))
         placed = {it.pod.key for _, b in bins for it in b.items}
