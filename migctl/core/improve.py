@@ -19,8 +19,11 @@ each left-out pod `u`, highest priority first, tries in turn:
 
 Every kept move improves the pods placed per priority, so the search ends; rounds repeat while they change
 something. Then **tidy** moves single pods to GPUs where they strand less (objective 2), and where no single move
-helps, exchanges two pods (one takes the other's place, the other goes to its cheapest GPU). Since that often
-moves a pod into a smaller instance, the left-out pods get one more search (the planner runs the three).
+helps, exchanges pods (one takes the place of one or all pods of another GPU, and they go to their cheapest
+GPUs). Since that often moves a pod into a smaller instance, the left-out pods get one more search. **trade**
+lets a left-out pod of the lowest priority still left out take the place of a placed pod of the same priority
+where that strands less. Every planner pass runs search, tidy, search; the best plan's polish runs tidy (with
+more probes for exchanges), search, trade.
 
 A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
 requests' canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that
@@ -270,17 +273,19 @@ class LocalSearch:
             self.out = sorted((it for it in self.out if it.at is None), key=lambda it: -it.pod.priority)
         return self.out
 
-    def tidy(self, placed: list[Item], probes: int, chain_probes: int = 0) -> None:
+    def tidy(self, placed: list[Item], probes: int, chain_probes: int = 0, moved_singles: bool = True) -> bool:
         """Objective 2: move single pods to GPUs where they strand less memory (instance waste plus unusable
         memory of reshaped GPUs), most wasteful first, in rounds until nothing moves or `probes` (at most what is
         left of the budget) are spent. When no single move helps, exchanges (`_chain`) get up to `chain_probes`
         of that per round. Objective 2 only, so it gets a fixed share: on thousands of GPUs finding each pod
-        kind's candidate GPUs alone would take the whole budget."""
+        kind's candidate GPUs alone would take the whole budget. `moved_singles=False`: an earlier tidy already
+        found no single move, so start with exchanges. False when `probes` ran out before it was done."""
         stop = self.budget - min(self.budget, probes)
         moved = True
+        singles = moved_singles
         while moved and self.budget > stop:
             moved = False
-            for v in sorted(placed, key=lambda it: (-_excess(it), it.pod.key)):
+            for v in sorted(placed, key=lambda it: (-_excess(it), it.pod.key)) if singles else ():
                 home = v.at
                 if home is None or self.budget <= stop:
                     continue
@@ -298,6 +303,7 @@ class LocalSearch:
                     self._move(v, best[1])
                     self.epoch += 1
                     moved = True
+            singles = True
             if not moved:
                 chain_stop = max(stop, self.budget - chain_probes)
                 for v in sorted(placed, key=lambda it: (-_excess(it), it.pod.key)):
@@ -306,51 +312,103 @@ class LocalSearch:
                     if v.at is not None and _excess(v) > 0 and self._chain(v, chain_stop):
                         self.epoch += 1
                         moved = True
+        return self.budget > stop
+
+    def trade(self, probes: int) -> None:
+        """Objective 2 among equals, the last step: a left-out pod takes the place of a placed pod of the same
+        priority where that strands less memory, and the placed pod is left out instead. Only pods of the lowest
+        priority still left out trade: the pods placed per priority stay the same, and no pod of a lower priority
+        is left out that the larger pods now placed could have crowded out."""
+        stop = self.budget - min(self.budget, probes)
+        traded = True
+        while traded and self.budget > stop and self.out:
+            traded = False
+            lowest = min(it.pod.priority for it in self.out)
+            for u in [it for it in self.out if it.pod.priority == lowest]:
+                if self.budget <= stop:
+                    break
+                if u.at is None and self._trade(u):
+                    self.epoch += 1
+                    traded = True
+
+    def _trade(self, u: Item) -> bool:
+        """Put left-out `u` in place of the same-priority pod whose exchange lowers stranded memory most."""
+        best: tuple[tuple[int, float], Bin, Item] | None = None
+        for b in self.candidates(u):
+            before = _stranded(b, b.items, (b.cost, b.reshaped, tuple(it.profile for it in b.items)))
+            seen: set[int] = set()
+            for v in b.items:
+                k = self._kid(v)
+                if v.pod.priority != u.pod.priority or k in seen:
+                    continue
+                seen.add(k)
+                if not u.pod.requests.fits_in(b.box.free + v.pod.requests) or self._probe(b, [u], [v]) is None:
+                    continue
+                items = [x for x in b.items if x is not v] + [u]
+                f = b.fit(items)
+                assert f is not None, "probed above"
+                delta = _stranded(b, items, f) - before
+                if delta < 0 and (best is None or (delta, b.order) < best[0]):
+                    best = ((delta, b.order), b, v)
+        if best is None:
+            return False
+        _, b, v = best
+        self._move(v, None)
+        self._move(u, b)
+        self.out = [v if it is u else it for it in self.out]
+        return True
 
     def _chain(self, v: Item, stop: int) -> bool:
-        """One step deeper than tidy's single move: `v` takes the place of a pod `w` on another GPU and `w` goes
-        to its cheapest place (`v`'s old GPU included); kept when the memory stranded on the GPUs involved goes
-        down. Finds the exchanges that lower objective 2 where neither pod can move alone."""
+        """One step deeper than tidy's single move: `v` takes the place of one pod `w` on another GPU, or of all
+        of that GPU's pods, and they go to their cheapest places (`v`'s old GPU included); kept when the memory
+        stranded on the GPUs involved goes down. Finds what lowers objective 2 where no pod can move alone, such
+        as a large pod in an oversized instance whose right-sized GPU is held by small pods that fit elsewhere."""
         home = v.at
         assert home is not None
         left = self._probe(home, [], [v])
         assert left is not None, "a subset of what fits still fits"
         gain = home.cost - left[0]
-        best: tuple[tuple[int, float, float], _Draft] | None = None
+        best: tuple[tuple[int, float, int], _Draft] | None = None
         for y in self.candidates(v):
             if y is home or not y.items:
                 continue
-            seen: set[int] = set()
+            groups: dict[int, list[Item]] = {}
             for w in y.items:
+                groups.setdefault(self._kid(w), [w])
+            moves = list(groups.values())
+            if len(y.items) > 1:
+                moves.append(sorted(y.items, key=lambda it: (-y.shapes.mib[it.profile], it.pod.key)))
+            for group in moves:
                 if self.budget <= stop:
                     return self._keep(best)
-                k = self._kid(w)
-                if k in seen:
-                    continue
-                seen.add(k)
-                w_need = y.shapes.mib[w.profile] - _excess(w)
                 d = _Draft()
                 d.take(v)
-                d.take(w)
+                for w in group:
+                    d.take(w)
                 d.put(v, y)
                 if not d.ok(y.box):
                     continue
-                f = self._probe(y, [v], [w])
-                if f is None or f[0] - y.cost + w_need >= gain:
-                    continue  # w costs at least its need wherever it goes
-                z = self._place(w, d, avoid=y)
-                if z is None:
-                    continue
-                d.put(w, z)
-                delta = 0
-                for b in dict.fromkeys((home, y, z)):
-                    g = self._probe(b, d.adds(b), d.drops(b))
-                    if g is None:
+                f = self._probe(y, [v], group)
+                needs = sum(y.shapes.mib[w.profile] - _excess(w) for w in group)
+                if f is None or f[0] - y.cost + needs >= gain:
+                    continue  # each displaced pod costs at least its need wherever it goes
+                touched = [home, y]
+                for w in group:
+                    z = self._place(w, d, avoid=y)
+                    if z is None:
                         break
-                    delta += g[0] - b.cost
+                    d.put(w, z)
+                    touched.append(z)
                 else:
-                    if delta < 0 and (best is None or (delta, y.order, z.order) < best[0]):
-                        best = ((delta, y.order, z.order), d)
+                    delta = 0
+                    for b in dict.fromkeys(touched):
+                        g = self._probe(b, d.adds(b), d.drops(b))
+                        if g is None:
+                            break
+                        delta += g[0] - b.cost
+                    else:
+                        if delta < 0 and (best is None or (delta, y.order, len(group)) < best[0]):
+                            best = ((delta, y.order, len(group)), d)
         return self._keep(best)
 
     def _keep(self, best: tuple[object, _Draft] | None) -> bool:
@@ -593,6 +651,11 @@ def _reqs(items: Sequence[Item], shapes: Shapes) -> list[Req] | None:
             return None
         out.append(r)
     return out
+
+
+def _stranded(b: Bin, items: Sequence[Item], fit: Fit) -> int:
+    """Memory `items` would strand on `b` with `fit`: instance memory they do not need, plus unusable memory."""
+    return fit[0] - sum(need_mib(it.demand, b.shapes.mib[p], it.need) for it, p in zip(items, fit[2], strict=True))
 
 
 def _excess(it: Item) -> int:

@@ -47,7 +47,8 @@ IMPROVE_BUDGET = 20_000
 IMPROVE_BUDGET_PER_POD = 500
 IMPROVE_MAX = 400_000
 TIDY_PROBES = 50_000  # of that budget, at most this much for the last round that only lowers stranded memory
-CHAIN_PROBES = 2_500  # of the tidy share, at most this much per round for two-pod exchanges (docs/benchmarks.md)
+CHAIN_PROBES = 2_500  # per tidy round of every pass, for exchanges (docs/benchmarks.md)
+POLISH_CHAIN_PROBES = 10_000  # per round of the best plan's polish, for exchanges and for trades
 STRATEGIES = (
     "stranded-first",
     "pack-first",
@@ -225,6 +226,9 @@ class Planner:
         self.cap_left: Counter[str] = Counter()  # MiB this kind can still offer (idle GPUs, free instances)
         self.assignments: list[Assignment] = []
         self.evictions: list[Eviction] = []
+        self._run: tuple[list[Pod], list[Pod]] | None = None  # (pods in order, pods left out) of the last run
+        self._tidied = False  # whether its tidy round finished within its probes (else polish would not either)
+        self._model: tuple[dict[int, Box], list[tuple[_Slot, Bin]], set[str]] = ({}, [], set())
         self._build()
 
     # -- setup -------------------------------------------------------------------------------------------
@@ -747,6 +751,42 @@ class Planner:
 
     def _improve(self, unplaced: list[Pod]) -> list[Pod]:
         """Run `improve.LocalSearch` over the greedy's result and adopt what it found (see that module)."""
+        model = self._search_model(unplaced)
+        if model is None:
+            return unplaced
+        search, todo = model
+        search.run(todo)
+        self._tidied = search.tidy(self._placed_items(), TIDY_PROBES, CHAIN_PROBES)
+        if search.out:  # tidying moved pods to smaller instances, which may have opened room
+            search.run(list(search.out))
+        return self._adopt(unplaced)
+
+    @property
+    def can_polish(self) -> bool:
+        return self._run is not None and not self.evictions and self._tidied
+
+    def polish(self) -> Plan:
+        """Objective 2 on the plan `run()` made (once, on the best plan of `plan()`): tidy with a larger share
+        for exchanges, a search for pods that opens, then trades among the lowest priority left out. Never
+        places fewer pods of any priority. Not after evictions: their victims were chosen for this placement."""
+        if self._run is None or not self.can_polish:
+            raise RuntimeError("polish() needs a finished run() without evictions whose tidy round finished")
+        pending, unplaced = self._run
+        model = self._search_model(unplaced)
+        if model is not None:
+            search, todo = model
+            search.out = sorted(todo, key=lambda it: -it.pod.priority)
+            search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES, moved_singles=False)
+            if search.out:
+                search.run(list(search.out))
+                search.trade(POLISH_CHAIN_PROBES)
+            unplaced = self._adopt(unplaced)
+        self._run = (pending, unplaced)
+        return self._result(pending, unplaced)
+
+    def _search_model(self, unplaced: list[Pod]) -> tuple[LocalSearch, list[Item]] | None:
+        """The local search's plain model of the current placement: GPUs as bins, nodes as boxes (kept on the
+        planner for `_adopt`); None when no GPU can take part."""
         pods = {p.key: p for p in self.snapshot.pending}
         shapes = {k: self.shapes.setdefault(k, Shapes(c.geo)) for k, c in self.completions.items()}
         boxes: dict[int, Box] = {}
@@ -784,12 +824,18 @@ class Planner:
             if p.units == 1 and p.gpu[0].kind != "gpu" and self.pod_kinds.get(p.key, 0) > 0
         ]
         if not bins:
-            return unplaced
+            return None
+        self._model = (boxes, bins, movable)
         search = LocalSearch(candidates, min(IMPROVE_MAX, IMPROVE_BUDGET + IMPROVE_BUDGET_PER_POD * len(pods)))
-        search.run(todo)
-        search.tidy([it for _, b in bins for it in b.items], TIDY_PROBES, CHAIN_PROBES)
-        if search.out:  # tidying moved pods to smaller instances, which may have opened room
-            search.run(list(search.out))
+        return search, todo
+
+    def _placed_items(self) -> list[Item]:
+        return [it for _, b in self._model[1] for it in b.items]
+
+    def _adopt(self, unplaced: list[Pod]) -> list[Pod]:
+        """Write the local search's result back into the planner's state; returns the pods left out."""
+        boxes, bins, movable = self._model
+        pods = {p.key: p for p in self.snapshot.pending}
         placed = {it.pod.key for _, b in bins for it in b.items}
         self.assignments = [a for a in self.assignments if a.pod not in movable]
         for ns in self.nodes:
@@ -895,6 +941,7 @@ class Planner:
                 else:
                     self.evictions.extend(evicted)
             unplaced = still
+        self._run = (pending, unplaced)
         return self._result(pending, unplaced)
 
     # -- result ------------------------------------------------------------------------------------------
@@ -1056,33 +1103,39 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     `no-changes` guarantees a plan never places fewer pods of any priority than leaving the layouts alone. Every
     pass but `no-changes` ends with the local search (`improve.py`). Then, "squeaky wheel": the pods the latest
     pass left out go first within their priority in another pass, alternating the two best strategies, a few
-    rounds, keeping the best plan.
+    rounds, keeping the best plan. Last, `Planner.polish` spends more local search on that plan's objective 2
+    (exchanges, and trades among the lowest priority left out); it never places fewer pods of any priority.
     """
     shapes: dict[str, Shapes] = {}
     first = Planner(snapshot, settings, shapes=shapes)
     best = first.run()
+    maker = first
     placed = {a.pod for a in best.assignments}
     hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}
-    if all(p.key in placed or p.key in hopeless for p in snapshot.pending):
+    if not all(p.key in placed or p.key in hopeless for p in snapshot.pending):
+        best_rank = rank(best, snapshot)
+        ranked = [(best_rank, 0, STRATEGIES[0])]
+        for i, strategy in enumerate(STRATEGIES[1:], 1):
+            other_maker = Planner(snapshot, settings, strategy, shapes=shapes)
+            other = other_maker.run()
+            other_rank = rank(other, snapshot)
+            ranked.append((other_rank, i, strategy))
+            if other_rank < best_rank:
+                best, best_rank, maker = other, other_rank, other_maker
+        leaders = [s for _, _, s in sorted(ranked)[:2]]
+        boost: set[str] = set()
+        latest = best
+        for r in range(SQUEAKY_ROUNDS):
+            left = {p.key for p in snapshot.pending} - {a.pod for a in latest.assignments} - hopeless
+            if not left or left <= boost:
+                break
+            boost |= left
+            latest_maker = Planner(snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes)
+            latest = latest_maker.run()
+            latest_rank = rank(latest, snapshot)
+            if latest_rank < best_rank:
+                best, best_rank, maker = latest, latest_rank, latest_maker
+    if not maker.can_polish:
         return best
-    best_rank = rank(best, snapshot)
-    ranked = [(best_rank, 0, STRATEGIES[0])]
-    for i, strategy in enumerate(STRATEGIES[1:], 1):
-        other = Planner(snapshot, settings, strategy, shapes=shapes).run()
-        other_rank = rank(other, snapshot)
-        ranked.append((other_rank, i, strategy))
-        if other_rank < best_rank:
-            best, best_rank = other, other_rank
-    leaders = [s for _, _, s in sorted(ranked)[:2]]
-    boost: set[str] = set()
-    latest = best
-    for r in range(SQUEAKY_ROUNDS):
-        left = {p.key for p in snapshot.pending} - {a.pod for a in latest.assignments} - hopeless
-        if not left or left <= boost:
-            break
-        boost |= left
-        latest = Planner(snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes).run()
-        latest_rank = rank(latest, snapshot)
-        if latest_rank < best_rank:
-            best, best_rank = latest, latest_rank
-    return best
+    polished = maker.polish()
+    return polished if rank(polished, snapshot) <= rank(best, snapshot) else best  # it never ranks worse
