@@ -391,7 +391,7 @@ class LocalSearch:
                 f = self._probe(y, [v], group)
                 needs = sum(y.shapes.mib[w.profile] - _excess(w) for w in group)
                 if f is None or f[0] - y.cost + needs >= gain:
-                    continue  # each displaced pod costs at least its need wherever it goes
+                    continue  # a displaced pod mostly costs its need where it goes (a pruning rule, not a bound)
                 touched = [home, y]
                 for w in group:
                     z = self._place(w, d, avoid=y)
