@@ -17,13 +17,20 @@ each left-out pod `u`, highest priority first, tries in turn:
    lower-priority pods and leave out those that find no other place (fewest first). Dropped pods then get their
    own turn.
 
+When a round changes nothing, **repack** gets a turn for each left-out pod `u`, highest priority first: every
+pod of `u`'s node, or of that node and one other, is placed again together with `u` by a capped depth-first
+search; it is kept when all of them fit. It finds moves of several pods at once (two pods leaving a GPU for free
+instances elsewhere, pods trading nodes for CPU) at a cost, so the planner grants it a share of work only after
+tidy and in the polish.
+
 Every kept move improves the pods placed per priority, so the search ends; rounds repeat while they change
 something. Then **tidy** moves single pods to GPUs where they strand less (objective 2), and where no single move
 helps, exchanges pods (one takes the place of one or all pods of another GPU, and they go to their cheapest
 GPUs). Since that often moves a pod into a smaller instance, the left-out pods get one more search. **trade**
 lets a left-out pod of the lowest priority still left out take the place of a placed pod of the same priority
-where that strands less. Every planner pass runs search, tidy, search; the best plan's polish runs tidy (with
-more probes for exchanges), search, trade.
+where that strands less. Every planner pass runs search, tidy, search with repack; the best plan's polish runs
+tidy (with more probes for exchanges), search with a larger repack share, tidy again if repack placed pods,
+trade.
 
 A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
 requests' canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that
@@ -42,6 +49,7 @@ from migctl.core.demand import need_mib
 from migctl.core.geometry import CanonicalLayout, ModelGeometry
 from migctl.core.placement import signature
 
+REPACK_PROBES = 300  # fit checks per node or node pair that `_repack` tries
 # ("p", profile) for an exact profile, ("v", MiB) for a VRAM request rounded up to an instance size.
 Req = tuple[str, str | int]
 # (cost = instance MiB handed out + unusable MiB when reshaped, reshaped?, profile per request)
@@ -65,8 +73,30 @@ class Shapes:
             for lay in geo.layouts
         ]
         self._memo: dict[tuple[int, tuple[Req, ...]], Fit | None] = {}
+        self._least: dict[Req, tuple[int, int]] = {}
+        m = geo.model
+        self.most = (max(sum(self.mib[n] * c for n, c in lay.items()) for lay, *_ in self._layouts), m.compute_slices)
         self._starts: dict[tuple[CanonicalLayout, bool], int] = {}  # (free instances, reshapable) -> small id
         self._start_list: list[tuple[CanonicalLayout, bool]] = []
+
+    def least(self, req: Req) -> tuple[int, int]:
+        """Smallest MiB and fewest compute slices of any instance that serves `req` (for capacity bounds)."""
+        hit = self._least.get(req)
+        if hit is None:
+            p = self.geo.profiles
+            if req[0] == "p":
+                names = [str(req[1])]
+            else:
+                names = [n for n, q in p.items() if not q.attributes and q.memory_mib >= int(req[1])]
+            hit = self._least[req] = (min(self.mib[n] for n in names), min(p[n].compute_slices for n in names))
+        return hit
+
+    def capacity(self, base: CanonicalLayout, reshape: bool) -> tuple[int, int]:
+        """Most MiB and compute slices the instances of one GPU can add up to."""
+        if reshape:
+            return self.most
+        p = self.geo.profiles
+        return sum(self.mib[n] * c for n, c in base), sum(p[n].compute_slices * c for n, c in base)
 
     def start(self, base: CanonicalLayout, reshape: bool) -> int:
         """Small id of a GPU's starting point, so memo keys hash two small things."""
@@ -144,6 +174,7 @@ class Box:
 
     free: Resources
     bins: list[Bin] = field(default_factory=list)
+    version: int = 0  # bumped whenever a pod comes or goes
 
 
 @dataclass(eq=False)
@@ -237,6 +268,13 @@ class LocalSearch:
         self._reach_sets: dict[int, set[Bin]] = {}
         self._filler_cache: tuple[object, dict[int, list[tuple[Item, int]]]] = (None, {})
         self._ids: dict[tuple[object, ...], int] = {}  # interned kinds: keys then hash one small int
+        self.repacks = 0  # work left for `_repack` (off unless the caller grants some)
+        self.repacked = 0  # pods `_repack` placed
+        self._capacities: dict[int, tuple[int, int]] = {}
+        self._box_lists: dict[int, list[Box]] = {}
+        self._spares: dict[int, tuple[int, tuple[int, int]]] = {}
+        self._smallest: dict[int, tuple[int, int]] = {}
+        self._unpacked: dict[tuple[int, int, int], tuple[int, int]] = {}  # (kind, node, node) -> versions tried
 
     def _intern(self, key: tuple[object, ...]) -> int:
         return self._ids.setdefault(key, len(self._ids))
@@ -271,6 +309,13 @@ class LocalSearch:
                 else:
                     self._failed[self._kid(u)] = self.epoch
             self.out = sorted((it for it in self.out if it.at is None), key=lambda it: -it.pod.priority)
+            if not progress and self.repacks > 0:
+                for u in list(self.out):
+                    if u.at is None and self.repacks > 0 and self._repack(u):
+                        self.repacked += 1
+                        progress = True
+                        self.epoch += 1
+                self.out = [it for it in self.out if it.at is None]
         return self.out
 
     def tidy(self, placed: list[Item], probes: int, chain_probes: int = 0, moved_singles: bool = True) -> bool:
@@ -436,10 +481,12 @@ class LocalSearch:
             home = it.at
             home.set([x for x in home.items if x is not it])
             home.box.free = home.box.free + it.pod.requests
+            home.box.version += 1
             it.at = None
         if to is not None:
             to.set([*to.items, it])
             to.box.free = to.box.free - it.pod.requests
+            to.box.version += 1
 
     def spots(self, v: Item) -> list[Bin]:
         """GPUs other than its own where `v` would fit as things stand (cached until the next kept change)."""
@@ -486,6 +533,142 @@ class LocalSearch:
             self.out.extend(best[2])
             return self._commit(best[1])
         return False
+
+    def _repack(self, u: Item) -> bool:
+        """Place `u` by re-packing every pod of one node, or of two nodes, together with `u`: a depth-first
+        search over their placements (`_fill`, capped). Finds what no move of one or two pods finds: several pods
+        leaving a GPU together, or pods trading nodes so that the CPU left free lands where `u`'s GPU is. Nodes
+        with the most free CPU are paired first; a pair that failed is not tried again until one of its nodes
+        changes. All of it is charged to `repacks`."""
+        for a in self._boxes(u):
+            mine = [it for x in a.bins for it in x.items]
+            partners: dict[Box | None, None] = {None: None}  # None: node `a` alone
+            for it in mine:
+                boxes = self._boxes(it)
+                self.repacks -= len(boxes)
+                partners.update(dict.fromkeys(boxes))
+            partners.pop(a, None)
+            for b in sorted(partners, key=lambda x: (x is not None, 0 if x is None else -x.free.cpu_m)):
+                if self.repacks <= 0:
+                    return False
+                self.repacks -= 1
+                if not u.pod.requests.fits_in(a.free if b is None else a.free + b.free):
+                    continue
+                key = (self._kid(u), id(a), id(b))
+                stamp = (a.version, -1 if b is None else b.version)
+                if self._unpacked.get(key) == stamp or not self._roomy(u, [a] if b is None else [a, b]):
+                    continue
+                items = mine if b is None else mine + [it for x in b.bins for it in x.items]
+                got = self._fill([u, *items], a.bins if b is None else a.bins + b.bins)
+                if got is None:
+                    self._unpacked[key] = stamp
+                    continue
+                for it in items:
+                    self._move(it, None)
+                for it, x in got:
+                    self._move(it, x)
+                return True
+        return False
+
+    def _boxes(self, it: Item) -> list[Box]:
+        """Nodes with a GPU in the pod's reach, in order (cached per kind)."""
+        k = self._kid(it)
+        hit = self._box_lists.get(k)
+        if hit is None:
+            hit = self._box_lists[k] = list(dict.fromkeys(x.box for x in self.candidates(it)))
+        return hit
+
+    def _roomy(self, u: Item, boxes: list[Box]) -> bool:
+        """A necessary condition for `_fill`: the smallest instances that `u` and the pods of `boxes` could take
+        anywhere add up to no more MiB and compute slices than those nodes' GPUs have."""
+        mib, compute = self._slack(u)
+        mib, compute = -mib, -compute
+        for box in boxes:
+            m, c = self._spare(box)
+            mib += m
+            compute += c
+        return mib >= 0 and compute >= 0
+
+    def _spare(self, box: Box) -> tuple[int, int]:
+        """Capacity of the node's GPUs less the smallest instances its pods could take anywhere (by version)."""
+        hit = self._spares.get(id(box))
+        if hit is not None and hit[0] == box.version:
+            return hit[1]
+        m, c = self._capacity(box)
+        for x in box.bins:
+            for it in x.items:
+                lm, lc = self._slack(it)
+                m -= lm
+                c -= lc
+        self._spares[id(box)] = (box.version, (m, c))
+        return m, c
+
+    def _slack(self, it: Item) -> tuple[int, int]:
+        """Smallest MiB and compute slices of any instance that can serve `it` on any GPU in its reach."""
+        k = self._kid(it)
+        hit = self._smallest.get(k)
+        if hit is None:
+            got = [x.shapes.least(r) for x in self._reach(it) if (r := it.req(x.shapes)) is not None]
+            hit = self._smallest[k] = (min(m for m, _ in got), min(c for _, c in got)) if got else (0, 0)
+        return hit
+
+    def _capacity(self, box: Box) -> tuple[int, int]:
+        """Most MiB and compute slices the node's GPUs in the search can hold (fixed for the search)."""
+        hit = self._capacities.get(id(box))
+        if hit is None:
+            caps = [x.shapes.capacity(x.base, x.reshape) for x in box.bins]
+            hit = self._capacities[id(box)] = (sum(m for m, _ in caps), sum(c for _, c in caps))
+        return hit
+
+    def _fill(self, items: list[Item], bins: list[Bin]) -> list[tuple[Item, Bin]] | None:
+        """A place on `bins` for every one of `items`, by depth-first search: the first item first, then the
+        most constrained, each trying its own GPU first; GPUs in the same state on one node are tried once, and
+        interchangeable pods take GPUs in list order. None when nothing is found within `REPACK_PROBES`."""
+        reach = [[x for x in bins if x in self._reach(it)] for it in items]
+        rest = sorted(range(1, len(items)), key=lambda i: (len(reach[i]), -_mib(items[i]), self._kid(items[i]), i))
+        order = [0, *rest]
+        twin = [k > 1 and self._kid(items[order[k]]) == self._kid(items[order[k - 1]]) for k in range(len(order))]
+        pos = {x: j for j, x in enumerate(bins)}
+        reqs: dict[Bin, list[Req]] = {x: [] for x in bins}
+        room = {x.box: x.box.free for x in bins}
+        for it in items[1:]:
+            assert it.at is not None, "only the first item is new"
+            room[it.at.box] = room[it.at.box] + it.pod.requests
+        chosen: list[Bin] = list(bins[:1]) * len(items)
+        probes = REPACK_PROBES
+
+        def go(k: int) -> bool:
+            nonlocal probes
+            if k == len(order):
+                return True
+            i = order[k]
+            it = items[i]
+            floor = pos[chosen[order[k - 1]]] if twin[k] else 0
+            tried: set[tuple[int, tuple[Req, ...], int]] = set()
+            for x in sorted(reach[i], key=lambda x: x is not it.at):
+                key = (x.start, tuple(reqs[x]), id(x.box))
+                if pos[x] < floor or key in tried or not it.pod.requests.fits_in(room[x.box]):
+                    continue
+                tried.add(key)
+                if probes <= 0:
+                    return False
+                probes -= 1
+                self.repacks -= 1
+                r = it.req(x.shapes)
+                assert r is not None, "candidates serve the pod"
+                trial = sorted([*reqs[x], r])
+                if x.shapes.fit(x.start, tuple(trial)) is None:
+                    continue
+                saved, reqs[x] = reqs[x], trial
+                room[x.box] = room[x.box] - it.pod.requests
+                chosen[i] = x
+                if go(k + 1):
+                    return True
+                reqs[x] = saved
+                room[x.box] = room[x.box] + it.pod.requests
+            return False
+
+        return [(items[i], chosen[i]) for i in order] if go(0) else None
 
     def _victims(self, u: Item, b: Bin) -> list[Item]:
         """Pods whose leaving could make room for `u` on `b`: on the same GPU, or anywhere on the node when the
@@ -656,6 +839,11 @@ def _reqs(items: Sequence[Item], shapes: Shapes) -> list[Req] | None:
 def _stranded(b: Bin, items: Sequence[Item], fit: Fit) -> int:
     """Memory `items` would strand on `b` with `fit`: instance memory they do not need, plus unusable memory."""
     return fit[0] - sum(need_mib(it.demand, b.shapes.mib[p], it.need) for it, p in zip(items, fit[2], strict=True))
+
+
+def _mib(it: Item) -> int:
+    """Memory of the pod's current instance, as a size for ordering (0 when unplaced)."""
+    return 0 if it.at is None else it.at.shapes.mib[it.profile]
 
 
 def _excess(it: Item) -> int:

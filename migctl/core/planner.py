@@ -48,6 +48,8 @@ IMPROVE_BUDGET_PER_POD = 500
 IMPROVE_MAX = 400_000
 TIDY_PROBES = 50_000  # of that budget, at most this much for the last round that only lowers stranded memory
 CHAIN_PROBES = 2_500  # per tidy round of every pass, for exchanges (docs/benchmarks.md)
+PASS_REPACK = 20_000  # `LocalSearch.repacks` after tidy in every pass (a count of fit checks and pairs tried)
+POLISH_REPACK = 100_000  # the same for the best plan's polish (docs/benchmarks.md)
 POLISH_CHAIN_PROBES = 10_000  # per round of the best plan's polish, for exchanges and for trades
 STRATEGIES = (
     "stranded-first",
@@ -228,6 +230,7 @@ class Planner:
         self.evictions: list[Eviction] = []
         self._run: tuple[list[Pod], list[Pod]] | None = None  # (pods in order, pods left out) of the last run
         self._tidied = False  # whether its tidy round finished within its probes (else polish would not either)
+        self._untidy = False  # whether the local search re-packed nodes after its tidy round
         self._model: tuple[dict[int, Box], list[tuple[_Slot, Bin]], set[str]] = ({}, [], set())
         self._build()
 
@@ -757,8 +760,10 @@ class Planner:
         search, todo = model
         search.run(todo)
         self._tidied = search.tidy(self._placed_items(), TIDY_PROBES, CHAIN_PROBES)
+        search.repacks = PASS_REPACK  # not before tidy: full re-packed nodes leave it less to move
         if search.out:  # tidying moved pods to smaller instances, which may have opened room
             search.run(list(search.out))
+        self._untidy = search.repacked > 0
         return self._adopt(unplaced)
 
     @property
@@ -776,9 +781,12 @@ class Planner:
         if model is not None:
             search, todo = model
             search.out = sorted(todo, key=lambda it: -it.pod.priority)
-            search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES, moved_singles=False)
+            search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES, moved_singles=self._untidy)
             if search.out:
+                search.repacks = POLISH_REPACK
                 search.run(list(search.out))
+                if search.repacked:  # re-packed nodes are full, not tidy
+                    search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES)
                 search.trade(POLISH_CHAIN_PROBES)
             unplaced = self._adopt(unplaced)
         self._run = (pending, unplaced)

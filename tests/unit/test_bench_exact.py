@@ -133,6 +133,16 @@ def test_exchanges_reach_the_optimal_stranded_memory(seed: int) -> None:
     assert got == optimum
 
 
+@pytest.mark.parametrize("seed", [4055, 4576])
+def test_repacking_nodes_reaches_the_optimum_pods_per_priority(seed: int) -> None:
+    """Seeded instances where the last pods fit only when several placed pods move at once, which no single
+    move, swap or evacuation does. 4055 (9 pods, 2 nodes): two small pods must leave an idle H200 together for
+    the free instances of a busy GPU on the same node before a 40 GiB pod fits (without repack 6 pods placed,
+    optimum 7). 4576 (30 pods): pods trade places across both nodes (without repack 13 + 3, optimum 13 + 5)."""
+    got, optimum = _seeded_against_optimum(seed, plan)
+    assert got == optimum
+
+
 def test_final_trades_reach_the_optimal_stranded_memory() -> None:
     """Seeded instance (15 pods) whose lowest tier cannot all fit: which of its pods are placed decides the
     stranded memory. With the polish's trades (a left-out pod takes a same-priority pod's place where that
