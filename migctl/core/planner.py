@@ -230,7 +230,7 @@ class Planner:
         self.evictions: list[Eviction] = []
         self._run: tuple[list[Pod], list[Pod]] | None = None  # (pods in order, pods left out) of the last run
         self._tidied = False  # whether its tidy round finished within its probes (else polish would not either)
-        self._untidy = False  # whether the local search re-packed nodes after its tidy round
+        self.repacked = 0  # pods its local search placed by re-packing nodes
         self._model: tuple[dict[int, Box], list[tuple[_Slot, Bin]], set[str]] = ({}, [], set())
         self._build()
 
@@ -763,7 +763,7 @@ class Planner:
         search.repacks = PASS_REPACK  # not before tidy: full re-packed nodes leave it less to move
         if search.out:  # tidying moved pods to smaller instances, which may have opened room
             search.run(list(search.out))
-        self._untidy = search.repacked > 0
+        self.repacked = search.repacked
         return self._adopt(unplaced)
 
     @property
@@ -781,7 +781,7 @@ class Planner:
         if model is not None:
             search, todo = model
             search.out = sorted(todo, key=lambda it: -it.pod.priority)
-            search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES, moved_singles=self._untidy)
+            search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES, moved_singles=False)
             if search.out:
                 search.repacks = POLISH_REPACK
                 search.run(list(search.out))
@@ -1120,7 +1120,8 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     maker = first
     placed = {a.pod for a in best.assignments}
     hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}
-    if not all(p.key in placed or p.key in hopeless for p in snapshot.pending):
+    # a first pass that placed its last pods by re-packing nodes left them full, not tidy: the others compete too
+    if first.repacked or not all(p.key in placed or p.key in hopeless for p in snapshot.pending):
         best_rank = rank(best, snapshot)
         ranked = [(best_rank, 0, STRATEGIES[0])]
         for i, strategy in enumerate(STRATEGIES[1:], 1):
