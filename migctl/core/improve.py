@@ -74,8 +74,7 @@ class Shapes:
         ]
         self._memo: dict[tuple[int, tuple[Req, ...]], Fit | None] = {}
         self._least: dict[Req, tuple[int, int]] = {}
-        m = geo.model
-        self.most = (max(sum(self.mib[n] * c for n, c in lay.items()) for lay, *_ in self._layouts), m.compute_slices)
+        self.most = (max(geo.instance_mib(lay) for lay in geo.layouts), geo.model.compute_slices)
         self._starts: dict[tuple[CanonicalLayout, bool], int] = {}  # (free instances, reshapable) -> small id
         self._start_list: list[tuple[CanonicalLayout, bool]] = []
 
@@ -96,7 +95,7 @@ class Shapes:
         if reshape:
             return self.most
         p = self.geo.profiles
-        return sum(self.mib[n] * c for n, c in base), sum(p[n].compute_slices * c for n, c in base)
+        return self.geo.instance_mib(base), sum(p[n].compute_slices * c for n, c in base)
 
     def start(self, base: CanonicalLayout, reshape: bool) -> int:
         """Small id of a GPU's starting point, so memo keys hash two small things."""
