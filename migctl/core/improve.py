@@ -30,7 +30,9 @@ GPUs). Since that often moves a pod into a smaller instance, the left-out pods g
 lets a left-out pod of the lowest priority still left out take the place of a placed pod of the same priority
 where that strands less. Every planner pass runs search, tidy, search with repack; the best plan's polish runs
 tidy (with more probes for exchanges), search with a larger repack share, tidy again if repack placed pods,
-trade.
+trade, and last **reshuffle**: every pod of one node, or of two nodes, placed again at the least stranded memory
+by a capped branch and bound (the nodes that strand most above what their pods must strand first), for what no
+move of one or two pods lowers.
 
 A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
 requests' canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that
@@ -50,6 +52,7 @@ from migctl.core.geometry import CanonicalLayout, ModelGeometry
 from migctl.core.placement import signature
 
 REPACK_PROBES = 300  # fit checks per node or node pair that `_repack` tries
+RESHUFFLE_PROBES = 5_000  # fit checks per node or node pair that `_best_fill` tries
 # ("p", profile) for an exact profile, ("v", MiB) for a VRAM request rounded up to an instance size.
 Req = tuple[str, str | int]
 # (cost = instance MiB handed out + unusable MiB when reshaped, reshaped?, profile per request)
@@ -274,6 +277,9 @@ class LocalSearch:
         self._spares: dict[int, tuple[int, tuple[int, int]]] = {}
         self._smallest: dict[int, tuple[int, int]] = {}
         self._unpacked: dict[tuple[int, int, int], tuple[int, int]] = {}  # (kind, node, node) -> versions tried
+        self.shuffles = 0  # work left for `reshuffle`
+        self._surpluses: dict[int, tuple[int, int]] = {}
+        self._wastes: dict[int, int] = {}
 
     def _intern(self, key: tuple[object, ...]) -> int:
         return self._ids.setdefault(key, len(self._ids))
@@ -401,6 +407,158 @@ class LocalSearch:
         self._move(u, b)
         self.out = [v if it is u else it for it in self.out]
         return True
+
+    def reshuffle(self, placed: list[Item], work: int) -> int:
+        """Objective 2 where no move of one or two pods helps: every pod of one node, then of that node and one
+        other, is placed again at the least stranded memory (`_best_fill`, a capped branch and bound); kept when
+        it strands less, or as much on fewer reshaped GPUs. Nodes that strand the most above what their pods
+        must strand come first. Pods stay placed, so objective 1 is untouched. Returns the nodes re-placed."""
+        self.shuffles = work
+        boxes = list(dict.fromkeys(it.at.box for it in placed if it.at is not None))
+        done = 0
+        for a in sorted(boxes, key=lambda box: -self._surplus(box)):
+            if self.shuffles <= 0:
+                break
+            if self._surplus(a) > 0:
+                done += self._reshuffle_around(a)
+        return done
+
+    def _reshuffle_around(self, a: Box) -> int:
+        """Re-place node `a` alone, then with each node its pods could also use, most surplus first."""
+        done = 0
+        partners: dict[Box | None, None] = {None: None}
+        for x in a.bins:
+            for it in x.items:
+                boxes_of = self._boxes(it)
+                self.shuffles -= len(boxes_of)
+                partners.update(dict.fromkeys(boxes_of))
+        partners.pop(a, None)
+        for b in sorted(partners, key=lambda x: (x is not None, 0 if x is None else -self._surplus(x))):
+            if self.shuffles <= 0:
+                break
+            self.shuffles -= 1
+            group = [a] if b is None else [a, b]
+            lo, hi = sorted((group[0], group[-1]), key=id)  # (a, b) and (b, a) share one memo entry
+            key, stamp = (-1, id(lo), id(hi)), (lo.version, hi.version)  # kind -1: no pod kind is negative
+            if self._unpacked.get(key) == stamp:
+                continue
+            if self._reshuffle(group):
+                done += 1
+                self.epoch += 1
+            else:
+                self._unpacked[key] = stamp
+        return done
+
+    def _surplus(self, box: Box) -> int:
+        """Memory the node's GPUs strand beyond the least its pods could strand anywhere (a ranking, by version)."""
+        hit = self._surpluses.get(id(box))
+        if hit is not None and hit[0] == box.version:
+            return hit[1]
+        out = 0
+        for x in box.bins:
+            out += _stranded(x, x.items, (x.cost, x.reshaped, tuple(it.profile for it in x.items)))
+            out -= sum(self._least_waste(it) for it in x.items)
+        self._surpluses[id(box)] = (box.version, out)
+        return out
+
+    def _least_waste(self, it: Item) -> int:
+        """Least memory the pod strands in any instance that serves it on a GPU in its reach."""
+        k = self._kid(it)
+        hit = self._wastes.get(k)
+        if hit is None:
+            got = []
+            for x in self._reach(it):
+                r = it.req(x.shapes)
+                if r is not None:
+                    mib = x.shapes.least(r)[0]
+                    got.append(mib - need_mib(it.demand, mib, it.need))
+            hit = self._wastes[k] = min(got, default=0)
+        return hit
+
+    def _reshuffle(self, boxes: list[Box]) -> bool:
+        """Re-place every pod of `boxes` by `_best_fill`; True when a better placement was found and applied."""
+        bins = [x for box in boxes for x in box.bins]
+        items = [it for x in bins for it in x.items]
+        if len(items) < 2:
+            return False
+        now = (
+            sum(_stranded(x, x.items, (x.cost, x.reshaped, tuple(it.profile for it in x.items))) for x in bins),
+            sum(x.reshaped for x in bins),
+        )
+        got = self._best_fill(items, bins, now)
+        if got is None:
+            return False
+        for it in items:
+            self._move(it, None)
+        for it, x in got:
+            self._move(it, x)
+        return True
+
+    def _best_fill(self, items: list[Item], bins: list[Bin], beat: tuple[int, int]) -> list[tuple[Item, Bin]] | None:
+        """Places on `bins` for all `items` (which they hold now) stranding less than `beat` (stranded MiB,
+        reshaped GPUs), by depth-first branch and bound: largest pods first, each GPU tried cheapest first, the
+        bound being each remaining pod's least possible waste (a heuristic bound: a GPU's unusable memory can
+        shrink as pods join it). None when nothing better is found within `RESHUFFLE_PROBES`."""
+        order = sorted(items, key=lambda it: (-_mib(it), self._kid(it), it.pod.key))
+        reach = [[x for x in bins if x in self._reach(it)] for it in order]
+        floor = [0] * (len(order) + 1)
+        for k in range(len(order) - 1, -1, -1):
+            floor[k] = floor[k + 1] + self._least_waste(order[k])
+        twin = [k > 0 and self._kid(order[k]) == self._kid(order[k - 1]) for k in range(len(order))]
+        pos = {x: j for j, x in enumerate(bins)}
+        held: dict[Bin, list[Item]] = {x: [] for x in bins}
+        cost: dict[Bin, tuple[int, bool]] = {x: (0, False) for x in bins}
+        room = {x.box: x.box.free for x in bins}
+        for it in items:
+            assert it.at is not None
+            room[it.at.box] = room[it.at.box] + it.pod.requests
+        chosen: list[Bin] = [bins[0]] * len(order)
+        best, pick = beat, None
+        probes = RESHUFFLE_PROBES
+
+        def go(k: int, stranded: int, reshaped: int) -> None:
+            nonlocal probes, best, pick
+            if (stranded + floor[k], 0) >= best:
+                return
+            if k == len(order):
+                if (stranded, reshaped) < best:
+                    best, pick = (stranded, reshaped), list(chosen)
+                return
+            it = order[k]
+            low = pos[chosen[k - 1]] if twin[k] else 0
+            options = []
+            tried: set[tuple[int, tuple[Req, ...], int]] = set()
+            for x in reach[k]:
+                sig = (x.start, tuple(sorted(r for r in _reqs(held[x], x.shapes) or ())), id(x.box))
+                if pos[x] < low or sig in tried or not it.pod.requests.fits_in(room[x.box]):
+                    continue
+                tried.add(sig)
+                if probes <= 0:
+                    return
+                probes -= 1
+                self.shuffles -= 1
+                trial = [*held[x], it]
+                f = x.fit(trial)
+                if f is None:
+                    continue
+                s = _stranded(x, trial, f)
+                options.append((s - cost[x][0], int(f[1]) - int(cost[x][1]), x is not it.at, pos[x], x, s, f[1]))
+            options.sort(key=lambda o: o[:4])
+            for ds, dr, _, _, x, s, r in options:
+                saved = cost[x]
+                held[x].append(it)
+                cost[x] = (s, r)
+                room[x.box] = room[x.box] - it.pod.requests
+                chosen[k] = x
+                go(k + 1, stranded + ds, reshaped + dr)
+                held[x].pop()
+                cost[x] = saved
+                room[x.box] = room[x.box] + it.pod.requests
+                if probes <= 0:
+                    return
+
+        go(0, 0, 0)
+        return None if pick is None else list(zip(order, pick, strict=True))
 
     def _chain(self, v: Item, stop: int) -> bool:
         """One step deeper than tidy's single move: `v` takes the place of one pod `w` on another GPU, or of all

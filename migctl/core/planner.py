@@ -51,6 +51,7 @@ CHAIN_PROBES = 2_500  # per tidy round of every pass, for exchanges (docs/benchm
 PASS_REPACK = 20_000  # `LocalSearch.repacks` after tidy in every pass (fit checks, pairs and partners looked at)
 POLISH_REPACK = 100_000  # the same for the best plan's polish (docs/benchmarks.md)
 POLISH_CHAIN_PROBES = 10_000  # per round of the best plan's polish, for exchanges and for trades
+POLISH_RESHUFFLE = 50_000  # `LocalSearch.reshuffle`'s work in the polish (fit checks, nodes looked at)
 STRATEGIES = (
     "stranded-first",
     "pack-first",
@@ -772,8 +773,9 @@ class Planner:
 
     def polish(self) -> Plan:
         """Objective 2 on the plan `run()` made (once, on the best plan of `plan()`): tidy with a larger share
-        for exchanges, a search for pods that opens, then trades among the lowest priority left out. Never
-        places fewer pods of any priority. Not after evictions: their victims were chosen for this placement."""
+        for exchanges, a search for pods that opens, trades among the lowest priority left out, then a reshuffle
+        of nodes and node pairs (`LocalSearch.reshuffle`). Never places fewer pods of any priority. Not after
+        evictions: their victims were chosen for this placement."""
         if self._run is None or not self.can_polish:
             raise RuntimeError("polish() needs a finished run() without evictions whose tidy round finished")
         pending, unplaced = self._run
@@ -788,6 +790,7 @@ class Planner:
                 if search.repacked:  # re-packed nodes are full, not tidy
                     search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES)
                 search.trade(POLISH_CHAIN_PROBES)
+            search.reshuffle(self._placed_items(), POLISH_RESHUFFLE)
             unplaced = self._adopt(unplaced)
         self._run = (pending, unplaced)
         return self._result(pending, unplaced)

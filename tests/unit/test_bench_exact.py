@@ -11,6 +11,7 @@ pytest.importorskip("scipy")
 from bench import exact
 from bench.instances import random_instance
 from bench.quality import tiers_of
+from migctl.core import planner as planner_module
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.migparted import GpuConfig
@@ -149,6 +150,20 @@ def test_final_trades_reach_the_optimal_stranded_memory() -> None:
     strands less) the plan strands exactly the optimum's 21,504 MiB (without them, 22,144)."""
     got, optimum = _seeded_against_optimum(3003, plan, stranded=True)
     assert got == optimum
+
+
+@pytest.mark.parametrize(("seed", "without"), [(5003, 143_056), (5011, 68_500)])
+def test_reshuffling_nodes_reaches_the_optimal_stranded_memory(
+    seed: int, without: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded instances where no single move or exchange lowers stranded memory, but placing every pod of one
+    node, or of two nodes, again at the least stranded memory does: with the polish's reshuffle the plan strands
+    exactly the optimum's memory (5003: 136,912 MiB; 5011: 63,124 MiB); without it, `without`."""
+    got, optimum = _seeded_against_optimum(seed, plan, stranded=True)
+    assert got == optimum
+    monkeypatch.setattr(planner_module, "POLISH_RESHUFFLE", 0)
+    got, _ = _seeded_against_optimum(seed, plan, stranded=True)
+    assert got == (*optimum[:-1], without)
 
 
 def test_the_ascending_pass_reaches_the_optimum_where_largest_first_does_not() -> None:
