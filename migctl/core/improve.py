@@ -52,7 +52,7 @@ from migctl.core.geometry import CanonicalLayout, ModelGeometry
 from migctl.core.placement import signature
 
 REPACK_PROBES = 300  # fit checks per node or node pair that `_repack` tries
-RESHUFFLE_PROBES = 5_000  # fit checks per node or node pair that `_best_fill` tries
+RESHUFFLE_PROBES = 10_000  # fit checks per node or node pair that `_best_fill` tries
 # ("p", profile) for an exact profile, ("v", MiB) for a VRAM request rounded up to an instance size.
 Req = tuple[str, str | int]
 # (cost = instance MiB handed out + unusable MiB when reshaped, reshaped?, profile per request)
@@ -276,10 +276,11 @@ class LocalSearch:
         self._box_lists: dict[int, list[Box]] = {}
         self._spares: dict[int, tuple[int, tuple[int, int]]] = {}
         self._smallest: dict[int, tuple[int, int]] = {}
-        self._unpacked: dict[tuple[int, int, int], tuple[int, int]] = {}  # (kind, node, node) -> versions tried
+        self._unpacked: dict[tuple[int, int, int], tuple[int, ...]] = {}  # (kind, node, node) -> versions tried
         self.shuffles = 0  # work left for `reshuffle`
         self._surpluses: dict[int, tuple[int, int]] = {}
         self._wastes: dict[int, int] = {}
+        self._outs = 0  # bumped when `reshuffle` changes which pods are left out
 
     def _intern(self, key: tuple[object, ...]) -> int:
         return self._ids.setdefault(key, len(self._ids))
@@ -415,11 +416,12 @@ class LocalSearch:
         must strand come first. Pods stay placed, so objective 1 is untouched. Returns the nodes re-placed."""
         self.shuffles = work
         boxes = list(dict.fromkeys(it.at.box for it in placed if it.at is not None))
+        tiers = {it.pod.priority for it in self.out if it.at is None}
         done = 0
         for a in sorted(boxes, key=lambda box: -self._surplus(box)):
             if self.shuffles <= 0:
                 break
-            if self._surplus(a) > 0:
+            if self._surplus(a) > 0 or any(it.pod.priority in tiers for x in a.bins for it in x.items):
                 done += self._reshuffle_around(a)
         return done
 
@@ -439,7 +441,7 @@ class LocalSearch:
             self.shuffles -= 1
             group = [a] if b is None else [a, b]
             lo, hi = sorted((group[0], group[-1]), key=id)  # (a, b) and (b, a) share one memo entry
-            key, stamp = (-1, id(lo), id(hi)), (lo.version, hi.version)  # kind -1: no pod kind is negative
+            key, stamp = (-1, id(lo), id(hi)), (lo.version, hi.version, self._outs)  # kind -1: no pod kind is negative
             if self._unpacked.get(key) == stamp:
                 continue
             if self._reshuffle(group):
@@ -476,59 +478,103 @@ class LocalSearch:
         return hit
 
     def _reshuffle(self, boxes: list[Box]) -> bool:
-        """Re-place every pod of `boxes` by `_best_fill`; True when a better placement was found and applied."""
+        """Re-place every pod of `boxes` by `_best_fill`, together with left-out pods that could go there: of
+        each priority, as many stay placed as are placed now, so objective 1 is unchanged. True when a placement
+        that strands less was found and applied."""
         bins = [x for box in boxes for x in box.bins]
         items = [it for x in bins for it in x.items]
-        if len(items) < 2:
+        keep: dict[int, int] = {}
+        for it in items:
+            keep[it.pod.priority] = keep.get(it.pod.priority, 0) + 1
+        spare: list[Item] = []
+        per_kind: dict[int, int] = {}
+        for u in self.out:
+            k = self._kid(u)
+            fresh = u.at is None and per_kind.get(k, 0) < keep.get(u.pod.priority, 0)
+            if fresh and any(x in self._reach(u) for x in bins):
+                per_kind[k] = per_kind.get(k, 0) + 1
+                spare.append(u)
+        tiers = {u.pod.priority for u in spare}
+        if len(items) + len(spare) < 2:
             return False
         now = (
             sum(_stranded(x, x.items, (x.cost, x.reshaped, tuple(it.profile for it in x.items))) for x in bins),
             sum(x.reshaped for x in bins),
         )
-        got = self._best_fill(items, bins, now)
+        got = self._best_fill([*items, *spare], bins, now, {t: keep[t] for t in tiers})
         if got is None:
             return False
         for it in items:
             self._move(it, None)
         for it, x in got:
             self._move(it, x)
+        self.out = [it for it in self.out if it.at is None] + [it for it in items if it.at is None]
+        self._outs += 1
         return True
 
-    def _best_fill(self, items: list[Item], bins: list[Bin], beat: tuple[int, int]) -> list[tuple[Item, Bin]] | None:
-        """Places on `bins` for all `items` (which they hold now) stranding less than `beat` (stranded MiB,
-        reshaped GPUs), by depth-first branch and bound: largest pods first, each GPU tried cheapest first, the
-        bound being each remaining pod's least possible waste (a heuristic bound: a GPU's unusable memory can
-        shrink as pods join it). None when nothing better is found within `RESHUFFLE_PROBES`."""
-        order = sorted(items, key=lambda it: (-_mib(it), self._kid(it), it.pod.key))
+    def _best_fill(
+        self, items: list[Item], bins: list[Bin], beat: tuple[int, int], keep: dict[int, int]
+    ) -> list[tuple[Item, Bin | None]] | None:
+        """Places on `bins` for `items` stranding less than `beat` (stranded MiB, reshaped GPUs), by depth-first
+        branch and bound: largest pods first, each GPU tried cheapest first, the bound being what the remaining
+        pods must strand at least (a heuristic bound: a GPU's unusable memory can shrink as pods join it). Of the
+        priorities in `keep`, exactly that many pods are placed, and any of them may stay out; all others are
+        placed.
+        None when nothing better is found within `RESHUFFLE_PROBES`."""
+        order = sorted(items, key=lambda it: (-self._slack(it)[0], self._kid(it), it.pod.key))
+        tiers = sorted(keep)
+        need = [keep[t] for t in tiers]
+        tier = [tiers.index(it.pod.priority) if it.pod.priority in keep else -1 for it in order]
+        optional = [t >= 0 for t in tier]
         reach = [[x for x in bins if x in self._reach(it)] for it in order]
+        # What the pods from k on must strand at least: every pod that must be placed, plus per tier the pods
+        # still to be placed, at the least of what the remaining optional pods of that tier would strand.
         floor = [0] * (len(order) + 1)
+        wastes: list[list[int]] = [[] for _ in tiers]
+        cheap: list[list[list[int]]] = [[[0] for _ in tiers] for _ in range(len(order) + 1)]
         for k in range(len(order) - 1, -1, -1):
-            floor[k] = floor[k + 1] + self._least_waste(order[k])
+            floor[k] = floor[k + 1] + (0 if optional[k] else self._least_waste(order[k]))
+            cheap[k] = cheap[k + 1]
+            if optional[k]:
+                insort(wastes[tier[k]], self._least_waste(order[k]))
+                sums = [0]
+                for w in wastes[tier[k]]:
+                    sums.append(sums[-1] + w)
+                cheap[k] = [*cheap[k + 1][: tier[k]], sums, *cheap[k + 1][tier[k] + 1 :]]
+        kept = [0] * len(tiers)
         twin = [k > 0 and self._kid(order[k]) == self._kid(order[k - 1]) for k in range(len(order))]
         pos = {x: j for j, x in enumerate(bins)}
         held: dict[Bin, list[Item]] = {x: [] for x in bins}
         cost: dict[Bin, tuple[int, bool]] = {x: (0, False) for x in bins}
         room = {x.box: x.box.free for x in bins}
         for it in items:
-            assert it.at is not None
-            room[it.at.box] = room[it.at.box] + it.pod.requests
-        chosen: list[Bin] = [bins[0]] * len(order)
+            if it.at is not None:
+                room[it.at.box] = room[it.at.box] + it.pod.requests
+        chosen: list[Bin | None] = [None] * len(order)
         best, pick = beat, None
-        probes = RESHUFFLE_PROBES
+        probes = min(RESHUFFLE_PROBES, self.shuffles)
 
-        def go(k: int, stranded: int, reshaped: int) -> None:
-            nonlocal probes, best, pick
-            if (stranded + floor[k], 0) >= best:
+        cut = False  # a branch was cut for lack of discrepancies: a larger allowance searches more
+
+        def go(k: int, stranded: int, reshaped: int, slack: int) -> None:
+            nonlocal probes, best, pick, cut
+            must = stranded + floor[k]
+            for t, sums in enumerate(cheap[k]):
+                if need[t] - kept[t] >= len(sums):
+                    return  # too few pods of this tier left to place as many as before
+                must += sums[need[t] - kept[t]]
+            if (must, 0) >= best:
                 return
             if k == len(order):
                 if (stranded, reshaped) < best:
                     best, pick = (stranded, reshaped), list(chosen)
                 return
             it = order[k]
-            low = pos[chosen[k - 1]] if twin[k] else 0
+            prev = chosen[k - 1] if twin[k] else bins[0]  # identical pods take GPUs in list order
+            low = 0 if prev is None else pos[prev]
             options = []
             tried: set[tuple[int, tuple[Req, ...], int]] = set()
-            for x in reach[k]:
+            for x in reach[k] if prev is not None and (not optional[k] or kept[tier[k]] < need[tier[k]]) else ():
                 sig = (x.start, tuple(sorted(r for r in _reqs(held[x], x.shapes) or ())), id(x.box))
                 if pos[x] < low or sig in tried or not it.pod.requests.fits_in(room[x.box]):
                     continue
@@ -544,20 +590,40 @@ class LocalSearch:
                 s = _stranded(x, trial, f)
                 options.append((s - cost[x][0], int(f[1]) - int(cost[x][1]), x is not it.at, pos[x], x, s, f[1]))
             options.sort(key=lambda o: o[:4])
-            for ds, dr, _, _, x, s, r in options:
+            for rank, (ds, dr, _, _, x, s, r) in enumerate(options):
+                if rank and not slack:
+                    cut = True
+                    return
                 saved = cost[x]
                 held[x].append(it)
                 cost[x] = (s, r)
                 room[x.box] = room[x.box] - it.pod.requests
                 chosen[k] = x
-                go(k + 1, stranded + ds, reshaped + dr)
+                if optional[k]:
+                    kept[tier[k]] += 1
+                go(k + 1, stranded + ds, reshaped + dr, slack - (rank > 0))
+                if optional[k]:
+                    kept[tier[k]] -= 1
                 held[x].pop()
                 cost[x] = saved
                 room[x.box] = room[x.box] + it.pod.requests
                 if probes <= 0:
                     return
+            if optional[k]:  # leave it out (identical pods: the later ones are left out first)
+                if options and not slack:
+                    cut = True
+                    return
+                chosen[k] = None
+                go(k + 1, stranded, reshaped, slack - bool(options))
 
-        go(0, 0, 0)
+        # Limited discrepancy search: first the path that takes every pod's cheapest GPU, then the paths that
+        # deviate from it at one pod, at two, ...: a capped depth-first search would spend its probes at the
+        # bottom of the tree, undoing the last pods' choices only.
+        for allowance in range(len(order) + 1):
+            cut = False
+            go(0, 0, 0, allowance)
+            if not cut or probes <= 0:
+                break
         return None if pick is None else list(zip(order, pick, strict=True))
 
     def _chain(self, v: Item, stop: int) -> bool:

@@ -51,7 +51,7 @@ CHAIN_PROBES = 2_500  # per tidy round of every pass, for exchanges (docs/benchm
 PASS_REPACK = 20_000  # `LocalSearch.repacks` after tidy in every pass (fit checks, pairs and partners looked at)
 POLISH_REPACK = 100_000  # the same for the best plan's polish (docs/benchmarks.md)
 POLISH_CHAIN_PROBES = 10_000  # per round of the best plan's polish, for exchanges and for trades
-POLISH_RESHUFFLE = 50_000  # `LocalSearch.reshuffle`'s work in the polish (fit checks, nodes looked at)
+POLISH_RESHUFFLE = 100_000  # `LocalSearch.reshuffle`'s work in the polish (fit checks, nodes looked at)
 STRATEGIES = (
     "stranded-first",
     "pack-first",
