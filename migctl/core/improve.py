@@ -280,6 +280,7 @@ class LocalSearch:
         self.shuffles = 0  # work left for `reshuffle`
         self._surpluses: dict[int, tuple[int, int]] = {}
         self._wastes: dict[int, int] = {}
+        self._needs: dict[tuple[int, int], int] = {}
         self._outs = 0  # bumped when `reshuffle` changes which pods are left out
 
     def _intern(self, key: tuple[object, ...]) -> int:
@@ -477,6 +478,17 @@ class LocalSearch:
             hit = self._wastes[k] = min(got, default=0)
         return hit
 
+    def _need_on(self, it: Item, shapes: Shapes) -> int:
+        """What the pod needs of its smallest instance on this model (the same for any instance that serves it,
+        unless an annotation states more than that instance holds)."""
+        key = (self._kid(it), id(shapes))
+        hit = self._needs.get(key)
+        if hit is None:
+            req = it.req(shapes)
+            assert req is not None, "candidates serve the pod"
+            hit = self._needs[key] = need_mib(it.demand, shapes.least(req)[0], it.need)
+        return hit
+
     def _reshuffle(self, boxes: list[Box]) -> bool:
         """Re-place every pod of `boxes` by `_best_fill`, together with left-out pods that could go there: of
         each priority, as many stay placed as are placed now, so objective 1 is unchanged. True when a placement
@@ -502,7 +514,7 @@ class LocalSearch:
             sum(x.reshaped for x in bins),
         )
         got = self._best_fill([*items, *spare], bins, now, {t: keep[t] for t in tiers})
-        if got is None:
+        if got is None or self._strands(got, bins) >= now:
             return False
         for it in items:
             self._move(it, None)
@@ -511,6 +523,22 @@ class LocalSearch:
         self.out = [it for it in self.out if it.at is None] + [it for it in items if it.at is None]
         self._outs += 1
         return True
+
+    @staticmethod
+    def _strands(got: list[tuple[Item, Bin | None]], bins: list[Bin]) -> tuple[int, int]:
+        """(stranded MiB, reshaped GPUs) of `bins` if they served what `got` gives them, computed exactly (the
+        search sums each pod's need on its smallest instance)."""
+        on: dict[Bin, list[Item]] = {x: [] for x in bins}
+        for it, x in got:
+            if x is not None:
+                on[x].append(it)
+        stranded = reshaped = 0
+        for x, its in on.items():
+            f = x.fit(its)
+            assert f is not None, "the search checked this fit"
+            stranded += _stranded(x, its, f)
+            reshaped += f[1]
+        return stranded, reshaped
 
     def _best_fill(
         self, items: list[Item], bins: list[Bin], beat: tuple[int, int], keep: dict[int, int]
@@ -544,8 +572,9 @@ class LocalSearch:
         kept = [0] * len(tiers)
         twin = [k > 0 and self._kid(order[k]) == self._kid(order[k - 1]) for k in range(len(order))]
         pos = {x: j for j, x in enumerate(bins)}
-        held: dict[Bin, list[Item]] = {x: [] for x in bins}
-        cost: dict[Bin, tuple[int, bool]] = {x: (0, False) for x in bins}
+        held: dict[Bin, tuple[Req, ...]] = {x: () for x in bins}  # sorted requests of the pods placed so far
+        needs = dict.fromkeys(bins, 0)  # what those pods need
+        cost: dict[Bin, tuple[int, bool]] = {x: (0, False) for x in bins}  # (stranded MiB, reshaped)
         room = {x.box: x.box.free for x in bins}
         for it in items:
             if it.at is not None:
@@ -575,7 +604,7 @@ class LocalSearch:
             options = []
             tried: set[tuple[int, tuple[Req, ...], int]] = set()
             for x in reach[k] if prev is not None and (not optional[k] or kept[tier[k]] < need[tier[k]]) else ():
-                sig = (x.start, tuple(sorted(r for r in _reqs(held[x], x.shapes) or ())), id(x.box))
+                sig = (x.start, held[x], id(x.box))
                 if pos[x] < low or sig in tried or not it.pod.requests.fits_in(room[x.box]):
                     continue
                 tried.add(sig)
@@ -583,19 +612,26 @@ class LocalSearch:
                     return
                 probes -= 1
                 self.shuffles -= 1
-                trial = [*held[x], it]
-                f = x.fit(trial)
+                req = it.req(x.shapes)
+                assert req is not None, "candidates serve the pod"
+                trial = list(held[x])
+                insort(trial, req)
+                f = x.shapes.fit(x.start, tuple(trial))
                 if f is None:
                     continue
-                s = _stranded(x, trial, f)
-                options.append((s - cost[x][0], int(f[1]) - int(cost[x][1]), x is not it.at, pos[x], x, s, f[1]))
+                n = self._need_on(it, x.shapes)
+                s = f[0] - needs[x] - n
+                options.append(
+                    (s - cost[x][0], int(f[1]) - int(cost[x][1]), x is not it.at, pos[x], x, s, f[1], trial, n)
+                )
             options.sort(key=lambda o: o[:4])
-            for rank, (ds, dr, _, _, x, s, r) in enumerate(options):
+            for rank, (ds, dr, _, _, x, s, r, trial, n) in enumerate(options):
                 if rank and not slack:
                     cut = True
                     return
-                saved = cost[x]
-                held[x].append(it)
+                saved = cost[x], held[x]
+                held[x] = tuple(trial)
+                needs[x] += n
                 cost[x] = (s, r)
                 room[x.box] = room[x.box] - it.pod.requests
                 chosen[k] = x
@@ -604,8 +640,8 @@ class LocalSearch:
                 go(k + 1, stranded + ds, reshaped + dr, slack - (rank > 0))
                 if optional[k]:
                     kept[tier[k]] -= 1
-                held[x].pop()
-                cost[x] = saved
+                cost[x], held[x] = saved
+                needs[x] -= n
                 room[x.box] = room[x.box] + it.pod.requests
                 if probes <= 0:
                     return
