@@ -166,6 +166,25 @@ def test_reshuffling_nodes_reaches_the_optimal_stranded_memory(
     assert got == (*optimum[:-1], without)
 
 
+@pytest.mark.parametrize(("seed", "without"), [(5124, 9_496), (5294, 114_688)])
+def test_reshuffle_chooses_which_pods_of_a_tier_are_placed(
+    seed: int, without: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded instances whose tiers cannot all fit, where the pods left out by the trades are not the ones the
+    optimum leaves out: reshuffle re-places a node's pods together with left-out pods of the same priority and
+    places others instead (5124: one pod, 14 pods in all; 5294: two), keeping the pods per priority and
+    reaching the optimal stranded memory (without it, `without`)."""
+    snap = random_instance(seed, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
+    with_it = {a.pod for a in plan(snap).assignments}
+    got, optimum = _seeded_against_optimum(seed, plan, stranded=True)
+    assert got == optimum
+    monkeypatch.setattr(planner_module, "POLISH_RESHUFFLE", 0)
+    without_it = {a.pod for a in plan(snap).assignments}
+    got, _ = _seeded_against_optimum(seed, plan, stranded=True)
+    assert got == (*optimum[:-1], without)
+    assert with_it != without_it and len(with_it) == len(without_it)
+
+
 def test_the_ascending_pass_reaches_the_optimum_where_largest_first_does_not() -> None:
     """Seeded instance (three priorities) whose middle tier cannot all fit: taking its smallest pods first
     (`ascending`) reaches the exact optimum's pods per priority; without that pass the plan places one pod of
