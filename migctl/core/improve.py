@@ -31,8 +31,8 @@ lets a left-out pod of the lowest priority still left out take the place of a pl
 where that strands less. Every planner pass runs search, tidy, search with repack; the best plan's polish runs
 tidy (with more probes for exchanges), search with a larger repack share, tidy again if repack placed pods,
 trade, and last **reshuffle**: every pod of one node, or of two nodes, placed again at the least stranded memory
-by a capped branch and bound (the nodes that strand most above what their pods must strand first), for what no
-move of one or two pods lowers.
+together with left-out pods that could go there (as many of each priority stay placed), by a capped branch and
+bound explored as a limited discrepancy search; for what no move of one or two pods lowers.
 
 A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
 requests' canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that
@@ -412,9 +412,11 @@ class LocalSearch:
 
     def reshuffle(self, placed: list[Item], work: int) -> int:
         """Objective 2 where no move of one or two pods helps: every pod of one node, then of that node and one
-        other, is placed again at the least stranded memory (`_best_fill`, a capped branch and bound); kept when
-        it strands less, or as much on fewer reshaped GPUs. Nodes that strand the most above what their pods
-        must strand come first. Pods stay placed, so objective 1 is untouched. Returns the nodes re-placed."""
+        other, is placed again at the least stranded memory, together with left-out pods that could go there
+        (`_reshuffle`, `_best_fill`); kept when it strands less, or as much on fewer reshaped GPUs. Nodes that
+        strand the most above what their pods must strand come first; a node is tried when it strands more than
+        that or holds pods of a priority that has pods left out. As many pods of each priority stay placed, so
+        objective 1 is untouched. Returns how many nodes or pairs were re-placed."""
         self.shuffles = work
         boxes = list(dict.fromkeys(it.at.box for it in placed if it.at is not None))
         tiers = {it.pod.priority for it in self.out if it.at is None}
