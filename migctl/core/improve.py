@@ -522,7 +522,8 @@ class LocalSearch:
             self._move(it, None)
         for it, x in got:
             self._move(it, x)
-        self.out = [it for it in self.out if it.at is None] + [it for it in items if it.at is None]
+        out = [it for it in self.out if it.at is None] + [it for it in items if it.at is None]
+        self.out = sorted(out, key=lambda it: -it.pod.priority)  # kept highest priority first, as `run` leaves it
         self._outs += 1
         return True
 
@@ -545,12 +546,11 @@ class LocalSearch:
     def _best_fill(
         self, items: list[Item], bins: list[Bin], beat: tuple[int, int], keep: dict[int, int]
     ) -> list[tuple[Item, Bin | None]] | None:
-        """Places on `bins` for `items` stranding less than `beat` (stranded MiB, reshaped GPUs), by depth-first
-        branch and bound: largest pods first, each GPU tried cheapest first, the bound being what the remaining
-        pods must strand at least (a heuristic bound: a GPU's unusable memory can shrink as pods join it). Of the
-        priorities in `keep`, exactly that many pods are placed, and any of them may stay out; all others are
-        placed.
-        None when nothing better is found within `RESHUFFLE_PROBES`."""
+        """Places on `bins` for `items` stranding less than `beat` (stranded MiB, reshaped GPUs), by a branch and
+        bound explored as a limited discrepancy search: largest pods first, each GPU tried cheapest first, the
+        bound being what the remaining pods must strand at least (a heuristic bound: a GPU's unusable memory can
+        shrink as pods join it). Of the priorities in `keep`, exactly that many pods are placed, and any of them
+        may stay out; all others are placed. None when nothing better is found within `RESHUFFLE_PROBES`."""
         order = sorted(items, key=lambda it: (-self._slack(it)[0], self._kid(it), it.pod.key))
         tiers = sorted(keep)
         need = [keep[t] for t in tiers]
