@@ -432,7 +432,7 @@ class LocalSearch:
     def _reshuffle_around(self, a: Box) -> int:
         """Re-place node `a` alone, then with each of the `RESHUFFLE_PARTNERS` nodes its pods could also use
         that strand the most surplus. All partners reached the optimum on no more benchmark instances but took
-        2.6× the plan time on a busy 152-node cluster in the simulator (docs/benchmarks.md)."""
+        2.5× the plan time on a busy 152-node cluster in the simulator (docs/benchmarks.md)."""
         done = 0
         partners: dict[Box | None, None] = {None: None}
         for x in a.bins:
