@@ -388,7 +388,7 @@ class LocalSearch:
         """Put left-out `u` in place of the same-priority pod whose exchange lowers stranded memory most."""
         best: tuple[tuple[int, float], Bin, Item] | None = None
         for b in self.candidates(u):
-            before = _stranded(b, b.items, (b.cost, b.reshaped, tuple(it.profile for it in b.items)))
+            before = _held(b)
             seen: set[int] = set()
             for v in b.items:
                 k = self._kid(v)
@@ -434,14 +434,9 @@ class LocalSearch:
         that strand the most surplus. All partners reached the optimum on no more benchmark instances but took
         2.5× the plan time on a busy 152-node cluster in the simulator (docs/benchmarks.md)."""
         done = 0
-        partners: dict[Box | None, None] = {None: None}
-        for x in a.bins:
-            for it in x.items:
-                boxes_of = self._boxes(it)
-                self.shuffles -= len(boxes_of)
-                partners.update(dict.fromkeys(boxes_of))
-        partners.pop(a, None)
-        ranked = sorted(partners, key=lambda x: (x is not None, 0 if x is None else -self._surplus(x)))
+        others, work = self._partners(a)
+        self.shuffles -= work
+        ranked = sorted([None, *others], key=lambda x: (x is not None, 0 if x is None else -self._surplus(x)))
         for b in ranked[: RESHUFFLE_PARTNERS + 1]:  # the node alone, then its partners
             if self.shuffles <= 0:
                 break
@@ -465,7 +460,7 @@ class LocalSearch:
             return hit[1]
         out = 0
         for x in box.bins:
-            out += _stranded(x, x.items, (x.cost, x.reshaped, tuple(it.profile for it in x.items)))
+            out += _held(x)
             out -= sum(self._least_waste(it) for it in x.items)
         self._surpluses[id(box)] = (box.version, out)
         return out
@@ -475,12 +470,11 @@ class LocalSearch:
         k = self._kid(it)
         hit = self._wastes.get(k)
         if hit is None:
-            got = []
-            for x in self._reach(it):
-                r = it.req(x.shapes)
-                if r is not None:
-                    mib = x.shapes.least(r)[0]
-                    got.append(mib - need_mib(it.demand, mib, it.need))
+            got = [
+                x.shapes.least(r)[0] - self._need_on(it, x.shapes)
+                for x in self._reach(it)
+                if (r := it.req(x.shapes)) is not None
+            ]
             hit = self._wastes[k] = min(got, default=0)
         return hit
 
@@ -516,7 +510,7 @@ class LocalSearch:
         if len(items) + len(spare) < 2:
             return False
         now = (
-            sum(_stranded(x, x.items, (x.cost, x.reshaped, tuple(it.profile for it in x.items))) for x in bins),
+            sum(_held(x) for x in bins),
             sum(x.reshaped for x in bins),
         )
         got = self._best_fill([*items, *spare], bins, now, {t: keep[t] for t in tiers})
@@ -807,13 +801,9 @@ class LocalSearch:
         changes. All of it is charged to `repacks`."""
         for a in self._boxes(u):
             mine = [it for x in a.bins for it in x.items]
-            partners: dict[Box | None, None] = {None: None}  # None: node `a` alone
-            for it in mine:
-                boxes = self._boxes(it)
-                self.repacks -= len(boxes)
-                partners.update(dict.fromkeys(boxes))
-            partners.pop(a, None)
-            for b in sorted(partners, key=lambda x: (x is not None, 0 if x is None else -x.free.cpu_m)):
+            others, work = self._partners(a)
+            self.repacks -= work
+            for b in sorted([None, *others], key=lambda x: (x is not None, 0 if x is None else -x.free.cpu_m)):
                 if self.repacks <= 0:
                     return False
                 self.repacks -= 1
@@ -834,6 +824,19 @@ class LocalSearch:
                     self._move(it, x)
                 return True
         return False
+
+    def _partners(self, a: Box) -> tuple[list[Box], int]:
+        """Other nodes that some pod of node `a` could use, in the order first seen, and the lookups that took
+        (for the caller's work share); None, for node `a` alone, is the caller's to add."""
+        seen: dict[Box, None] = {}
+        work = 0
+        for x in a.bins:
+            for it in x.items:
+                boxes = self._boxes(it)
+                work += len(boxes)
+                seen.update(dict.fromkeys(boxes))
+        seen.pop(a, None)
+        return list(seen), work
 
     def _boxes(self, it: Item) -> list[Box]:
         """Nodes with a GPU in the pod's reach, in order (cached per kind)."""
@@ -1104,6 +1107,11 @@ def _reqs(items: Sequence[Item], shapes: Shapes) -> list[Req] | None:
 def _stranded(b: Bin, items: Sequence[Item], fit: Fit) -> int:
     """Memory `items` would strand on `b` with `fit`: instance memory they do not need, plus unusable memory."""
     return fit[0] - sum(need_mib(it.demand, b.shapes.mib[p], it.need) for it, p in zip(items, fit[2], strict=True))
+
+
+def _held(b: Bin) -> int:
+    """Memory the GPU strands with the pods it serves now."""
+    return _stranded(b, b.items, (b.cost, b.reshaped, tuple(it.profile for it in b.items)))
 
 
 def _mib(it: Item) -> int:
