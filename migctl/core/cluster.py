@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from migctl.core.catalog import Card, GpuModel
@@ -136,8 +137,9 @@ class Pod:
     scheduler_name: str = "default-scheduler"
     gpu_index: int | None = None  # which GPU a running pod uses, when the node agent says so
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """`namespace/name`; cached, since the planner looks pods up by it many times per pod."""
         return f"{self.namespace}/{self.name}"
 
     @property

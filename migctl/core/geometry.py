@@ -57,6 +57,7 @@ class ModelGeometry:
             p.name: tuple(((1 << size) - 1) << start for start, size in p.placements) for p in model.profiles
         }
         self._feasible: dict[CanonicalLayout, bool] = {}
+        self._unusable: dict[tuple[tuple[str, int], ...], int] = {}
 
     # -- checks ------------------------------------------------------------------------------------------
 
@@ -200,7 +201,13 @@ class ModelGeometry:
         return sum(self.profiles[n].memory_mib * c for n, c in canonical(layout))
 
     def unusable_mib(self, layout: Layout | CanonicalLayout) -> int:
-        """Memory the layout leaves unreachable: the full-GPU instance's memory minus its instances' memory."""
+        """Memory the layout leaves unreachable: the full-GPU instance's memory minus its instances' memory
+        (memoised for tuples: a plan asks it for every GPU, and layouts repeat)."""
+        if isinstance(layout, tuple):
+            hit = self._unusable.get(layout)
+            if hit is None:
+                hit = self._unusable[layout] = max(0, self.model.full_profile.memory_mib - self.instance_mib(layout))
+            return hit
         return max(0, self.model.full_profile.memory_mib - self.instance_mib(layout))
 
     def addable(self, layout: Layout | CanonicalLayout) -> tuple[str, ...]:

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from itertools import count
+from operator import attrgetter
 
 from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
@@ -38,6 +39,9 @@ Layout = CanonicalLayout
 # (strategy preference, scarce-kind use, stranded MiB, evictions, GPUs reconfigured, nodes touched,
 #  -usefulness of what stays free)
 Cost = tuple[int, int, int, int, int, int, int]
+# A heap entry of one free existing instance: (-usefulness of what its GPU keeps free, GPU order, sequence number,
+#  the GPU's version when made, the GPU)
+_Entry = tuple[int, float, int, int, "_Slot"]
 # Extra passes that move pods left out by the best pass to the front of their priority ("squeaky wheel").
 SQUEAKY_ROUNDS = 4
 # `balance-first`: the spread of a node's resource fractions left counts in steps of this many per mille.
@@ -77,19 +81,21 @@ class _Completions:
     def __init__(self, geo: ModelGeometry) -> None:
         self.geo = geo
         self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
+        self._worth = {n: (p.memory_mib // 1024) ** 2 for n, p in geo.profiles.items()}
         # every valid layout once: as a dict, its unusable MiB, and whether it contains media variants
         self._layouts = [
             (lay, dict(lay), geo.unusable_mib(lay), {n for n, _ in lay if geo.profiles[n].attributes})
             for lay in geo.layouts
         ]
 
-    def usefulness(self, free: Counter[str]) -> int:
+    def usefulness(self, free: Mapping[str, int]) -> int:
         """Sum of squared GiB of free instances: one 40 GiB instance beats four of 10 GiB (FGD-style)."""
-        return sum(self.worth(n) * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
+        worth = self._worth
+        return sum(worth[n] * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
 
     def worth(self, profile: str) -> int:
         """One free instance's term of `usefulness`."""
-        return (self.geo.profiles[profile].memory_mib // 1024) ** 2
+        return self._worth[profile]
 
     def best(self, assigned: Layout) -> tuple[Layout, int, int] | None:
         """(layout, unusable MiB, usefulness of its free instances) or None when `assigned` cannot exist."""
@@ -148,7 +154,7 @@ class _Slot:
     requests: list[tuple[GpuDemand, int | None, int]] = field(default_factory=list)  # + assignment index
     locked: bool = False  # serves part of a multi-instance pod: the local search leaves it alone
     # heap entries of its free instances at a version, made once and pushed into every signature's heaps
-    entries: tuple[int, list[tuple[str, tuple[int, float, int, int, _Slot]]]] | None = None
+    entries: tuple[int, list[tuple[str, _Entry]]] | None = None
 
 
 def _bkey(slot: _Slot) -> tuple[object, ...]:
@@ -173,6 +179,7 @@ class _Option:
     mig_after: bool
 
 
+_ORDER = attrgetter("order")  # views keep their GPUs in this order
 # A candidate: (cost, GPU order, slot, profile, instance MiB, option)
 _Candidate = tuple[Cost, float, "_Slot", str, int, _Option]
 
@@ -206,19 +213,22 @@ class Planner:
         self.slots: list[_Slot] = []
         self.order_span = 0  # more than any GPU order
         self.sig_ids: dict[tuple[object, ...], int] = {}
+        self.pod_sids: dict[str, int] = {}  # pod key -> `sig_ids` id (hashing a signature is not cheap)
         self.sig_nodes: list[list[_NodeState]] = []
-        self.sig_kinds: list[set[str]] = []
+        self.sig_kinds: list[list[str]] = []  # GPU kinds on the signature's nodes, sorted
         self.views: list[dict[int, list[_Slot]]] = []
         self.key_ids: dict[tuple[object, ...], int] = {}
         self.class_ids: dict[tuple[GpuDemand, int | None], int] = {}
-        self.heaps: dict[tuple[int, str, str], list[tuple[int, float, int, int, _Slot]]] = {}
+        self.heaps: dict[tuple[int, str, str], list[_Entry]] = {}
         self._seq = count()  # unique tie-breaker: heap entries never compare slots
         self.option_memo: dict[tuple[int, str], _Option | None] = {}
         self.grow_memo: dict[int, bool] = {}
-        self.unit_memo: dict[tuple[int, int], _Candidate | None] = {}
+        self.unit_memo: dict[int, dict[int, _Candidate | None]] = {}  # demand class -> state id -> option
+        self.existing_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
         self.kinds_memo: dict[tuple[int, tuple[GpuDemand, ...]], list[str]] = {}
         self.misfit_memo: dict[tuple[int, tuple[GpuDemand, ...]], tuple[Counter[str], list[_NodeState]]] = {}
+        self.static_memo: dict[int, tuple[Counter[str], dict[frozenset[str], list[_NodeState]]]] = {}
         self.shapes = {} if shapes is None else shapes  # shared by the passes of one `plan()`: fits are memoised
         self.pod_kinds: dict[str, int] = {}
         self.rigid_kind: dict[str, str] = {}
@@ -280,42 +290,64 @@ class Planner:
         self.order_span = order + 1
 
     def _sig(self, pod: Pod) -> int:
+        """Small id of the pod's placement signature (nodes that pass `static_misfit`), indexed on first use."""
+        known = self.pod_sids.get(pod.key)
+        if known is not None:
+            return known
         sig = signature(pod)
         found = self.sig_ids.get(sig)
         if found is not None:
+            self.pod_sids[pod.key] = found
             return found
         sid = len(self.sig_nodes)
-        self.sig_ids[sig] = sid
+        self.sig_ids[sig] = self.pod_sids[pod.key] = sid
         fitting = [ns for ns in self.nodes if static_misfit(pod, ns.node) is None]
         self.sig_nodes.append(fitting)
-        self.sig_kinds.append({s.kind for ns in fitting for s in ns.slots})
+        self.sig_kinds.append(sorted({s.kind for ns in fitting for s in ns.slots}))
         self.views.append({})
+        fresh: dict[tuple[int, str, str], list[_Entry]] = {}  # this signature's heaps: filled, then heapified
         for ns in fitting:
             ns.sigs.append(sid)
             for s in ns.slots:
-                self._push_existing(s, (sid,))
+                for profile, entry in self._entries(s):
+                    fresh.setdefault((sid, s.kind, profile), []).append(entry)
                 if s.key is not None:
                     self.views[sid].setdefault(s.key, []).append(s)  # name order: lists start sorted
                 elif self._can_grow(s):
                     s.key = self._kid(s)
                     for other in ns.sigs[:-1]:
-                        insort(self.views[other].setdefault(s.key, []), s, key=lambda x: x.order)
+                        insort(self.views[other].setdefault(s.key, []), s, key=_ORDER)
                     self.views[sid].setdefault(s.key, []).append(s)
+        for k, heap in fresh.items():
+            heapify(heap)
+            self.heaps[k] = heap
         return sid
 
     # -- index maintenance -------------------------------------------------------------------------------
 
-    def _left(self, slot: _Slot) -> Counter[str]:
-        return slot.free - slot.assigned
+    def _left(self, slot: _Slot) -> dict[str, int]:
+        """Existing free instances not yet assigned, by profile (only positive counts, as `Counter -` gives)."""
+        assigned = slot.assigned
+        return {n: c - assigned[n] for n, c in slot.free.items() if c > assigned[n]}
 
     def _push_existing(self, slot: _Slot, sids: Iterable[int]) -> None:
-        """Index the slot's free existing instances (only while its layout is unchanged)."""
+        """Index the slot's free existing instances in the heaps of signatures `sids`."""
+        heaps, kind = self.heaps, slot.kind
+        for profile, entry in self._entries(slot):
+            for sid in sids:
+                heap = heaps.get((sid, kind, profile))
+                if heap is None:
+                    heaps[(sid, kind, profile)] = [entry]
+                else:
+                    heappush(heap, entry)
+
+    def _entries(self, slot: _Slot) -> list[tuple[str, _Entry]]:
+        """(profile, heap entry) per free existing instance the slot has now; none once its layout changes.
+        Made once per state of the slot and pushed into every signature's heaps."""
         if slot.changed:
-            return
-        left = self._left(slot)
-        if not left:
-            return
+            return []
         if slot.entries is None or slot.entries[0] != slot.version:
+            left = self._left(slot)
             comp = self.completions.get(slot.kind)
             total = comp.usefulness(left) if comp is not None else 0
             made = []
@@ -326,9 +358,7 @@ class Planner:
                 useful = total - comp.worth(profile) if comp is not None and profile != WHOLE_GPU else 0
                 made.append((profile, (-useful, slot.order, next(self._seq), slot.version, slot)))
             slot.entries = (slot.version, made)
-        for profile, entry in slot.entries[1]:
-            for sid in sids:
-                heappush(self.heaps.setdefault((sid, slot.kind, profile), []), entry)
+        return slot.entries[1]
 
     def _kid(self, slot: _Slot) -> int:
         """Small-int id of the slot's state key: memo lookups then hash two ints, not nested tuples."""
@@ -357,11 +387,11 @@ class Planner:
             view = self.views[sid]
             if old is not None:
                 lst = view[old]
-                del lst[bisect_left(lst, slot.order, key=lambda x: x.order)]
+                del lst[bisect_left(lst, slot.order, key=_ORDER)]
                 if not lst:
                     del view[old]
             if new is not None:
-                insort(view.setdefault(new, []), slot, key=lambda x: x.order)
+                insort(view.setdefault(new, []), slot, key=_ORDER)
         slot.key = new
 
     def _refresh(self, slot: _Slot) -> None:
@@ -376,14 +406,15 @@ class Planner:
         if slot.changed:
             return None
         left = self._left(slot)
-        if left[profile] <= 0:
+        if left.get(profile, 0) <= 0:
             return None
         comp = self.completions.get(slot.kind)
         useful = comp.usefulness(left) - comp.worth(profile) if comp is not None and profile != WHOLE_GPU else 0
         return _Option(0, 0, 0, useful, False, slot.mig)
 
-    def _reconf_option(self, slot: _Slot, profile: str) -> _Option | None:
-        memo_key = (self._kid(slot), profile)
+    def _reconf_option(self, slot: _Slot, profile: str, kid: int | None = None) -> _Option | None:
+        """`_compute_reconf`, memoised per state id (`kid`, when the caller has it) and profile."""
+        memo_key = (self._kid(slot) if kid is None else kid, profile)
         if memo_key not in self.option_memo:
             self.option_memo[memo_key] = self._compute_reconf(slot, profile)
         return self.option_memo[memo_key]
@@ -445,18 +476,19 @@ class Planner:
 
     def _reconf_unit(self, pod: Pod, demand: GpuDemand, slot: _Slot, kid: int, cid: int) -> _Candidate | None:
         """Cheapest reshaping option for one unit on GPUs in state `kid` (memoised per state and demand class)."""
-        memo_key = (kid, cid)
-        if memo_key in self.unit_memo:
-            return self.unit_memo[memo_key]
+        memo = self.unit_memo.setdefault(cid, {})
+        if kid in memo:
+            return memo[kid]
         best: _Candidate | None = None
-        for profile, mib in self._choices(slot.kind, demand):
-            opt = self._reconf_option(slot, profile)
+        prefer = 1 if self.strategy == "existing-first" else 0  # `_cost` of a reshaping option
+        for profile, mib, waste, share in self._existing_choices(cid, slot.kind, pod, demand):
+            opt = self._reconf_option(slot, profile, kid)
             if opt is None:
                 continue
-            cand: _Candidate = (self._cost(pod, demand, mib, opt, slot.kind, profile), 0.0, slot, profile, mib, opt)
-            if best is None or (cand[0], profile) < (best[0], best[3]):
-                best = cand
-        self.unit_memo[memo_key] = best
+            cost: Cost = (prefer, share, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
+            if best is None or (cost, profile) < (best[0], best[3]):
+                best = (cost, 0.0, slot, profile, mib, opt)
+        memo[kid] = best
         return best
 
     def _unit_cost(self, pod: Pod, demand: GpuDemand, slot: _Slot) -> _Candidate | None:
@@ -502,7 +534,7 @@ class Planner:
             Assignment(pod.key, ns.node.name, slot.index, profile, mib, need_mib(demand, mib, pod.need_mib))
         )
 
-    def _existing_top(self, heap: list[tuple[int, float, int, int, _Slot]], pod: Pod) -> tuple[int, _Slot] | None:
+    def _existing_top(self, heap: list[_Entry], pod: Pod) -> tuple[int, _Slot] | None:
         """Best live entry whose node still has room for the pod; stale entries are dropped on the way."""
         skipped = []
         found: tuple[int, _Slot] | None = None
@@ -520,36 +552,73 @@ class Planner:
             heappush(heap, e)
         return found
 
+    def _existing_choices(self, cid: int, kind: str, pod: Pod, demand: GpuDemand) -> list[tuple[str, int, int, int]]:
+        """(profile, instance MiB, waste, scarce-kind term) of the existing instances of `kind` that can serve
+        demand class `cid`: the parts of `_cost` that do not depend on the GPU (memoised)."""
+        key = (cid, kind)
+        hit = self.existing_memo.get(key)
+        if hit is None:
+            hit = self.existing_memo[key] = [
+                (
+                    profile,
+                    mib,
+                    mib - need_mib(demand, mib, pod.need_mib),
+                    self._share(kind, profile) if self.strategy == "pack-first" else 0,
+                )
+                for profile, mib in self._choices(kind, demand)
+            ]
+        return hit
+
     def _place_single(self, pod: Pod) -> bool:
+        """Place a pod of one GPU unit at its cheapest option (`_cost`, then GPU order); False if none."""
         demand = pod.gpu[0]
         sid = self._sig(pod)
-        best: _Candidate | None = None
-        for kind in sorted(self.sig_kinds[sid]):
-            for profile, mib in self._choices(kind, demand):
-                heap = self.heaps.get((sid, kind, profile))
-                top = self._existing_top(heap, pod) if heap else None
-                if top is None:
-                    continue
-                useful, slot = top
-                opt = _Option(0, 0, 0, useful, False, slot.mig)
-                cost = self._protected(self._cost(pod, demand, mib, opt, kind, profile), pod, kind)
-                cand: _Candidate = self._tilted(cost, pod, slot, profile, mib, opt)
-                if best is None or cand[:2] < best[:2]:
-                    best = cand
         cid = self.class_ids.setdefault((demand, pod.need_mib), len(self.class_ids))
         protects = self._protect_kinds(pod)
-        memo = self.unit_memo
+        balanced = self.strategy in BALANCED
+        req = pod.requests
+        heaps = self.heaps
+        best: _Candidate | None = None
+        for kind in self.sig_kinds[sid]:
+            for profile, mib, waste, share in self._existing_choices(cid, kind, pod, demand):
+                heap = heaps.get((sid, kind, profile))
+                if not heap:
+                    continue
+                neg_useful, _order, _seq, version, slot = heap[0]
+                free = slot.node.free
+                if (
+                    version == slot.version
+                    and not slot.changed
+                    and req.cpu_m <= free.cpu_m
+                    and req.memory <= free.memory
+                    and req.pods <= free.pods
+                ):
+                    useful = -neg_useful  # the live top fits: the common case, without `_existing_top`'s loop
+                else:
+                    top = self._existing_top(heap, pod)
+                    if top is None:
+                        continue
+                    useful, slot = top
+                scarce = (self._protect(pod, kind) or share) if protects else share
+                cost: Cost = (0, scarce, waste, 0, 0, 0, -useful)
+                if balanced:
+                    cand = self._tilted(cost, pod, slot, profile, mib, _Option(0, 0, 0, useful, False, slot.mig))
+                    if best is None or cand[:2] < best[:2]:
+                        best = cand
+                elif best is None or (cost, slot.order) < best[:2]:
+                    best = (cost, slot.order, slot, profile, mib, _Option(0, 0, 0, useful, False, slot.mig))
+        memo = self.unit_memo.setdefault(cid, {})
         for kid, slots in self.views[sid].items():
-            unit = memo[(kid, cid)] if (kid, cid) in memo else self._reconf_unit(pod, demand, slots[0], kid, cid)
+            unit = memo[kid] if kid in memo else self._reconf_unit(pod, demand, slots[0], kid, cid)
             if unit is None:
                 continue
             if protects:
                 unit = (self._protected(unit[0], pod, slots[0].kind), *unit[1:])
             if best is not None and unit[0] > best[0]:
                 continue
-            if self.strategy in BALANCED:  # every GPU of the state: the node matters, not just the order
+            if balanced:  # every GPU of the state: the node matters, not just the order
                 for s in slots:
-                    if pod.requests.fits_in(s.node.free):
+                    if req.fits_in(s.node.free):
                         c = self._tilted(unit[0], pod, s, unit[3], unit[4], unit[5])
                         if best is None or c[:2] < best[:2]:
                             best = c
@@ -557,13 +626,13 @@ class Planner:
             for s in slots:
                 if s.order > (best[1] if best is not None and unit[0] == best[0] else float("inf")):
                     break
-                if pod.requests.fits_in(s.node.free):
+                if req.fits_in(s.node.free):
                     best = (unit[0], s.order, s, unit[3], unit[4], unit[5])
                     break
         if best is None:
             return False
         _, _, slot, profile, mib, opt = best
-        slot.node.free = slot.node.free - pod.requests
+        slot.node.free = slot.node.free - req
         self._apply(pod, demand, slot, profile, mib, opt)
         return True
 
@@ -883,36 +952,35 @@ class Planner:
                 total += (min(mibs) if mibs else 0) * d.count
         return total
 
-    def _flexibility(self, pod: Pod) -> int:
-        """How many GPU kinds in reach could serve the pod: pods with fewer options go first within a priority,
-        so a pod that only fits one model is not crowded out by pods that fit anywhere."""
-        return len(self._kinds(pod))
-
     def _kinds(self, pod: Pod) -> list[str]:
         """The GPU kinds in the pod's reach that can serve every one of its GPU requests (memoised per class)."""
         key = (self._sig(pod), pod.gpu)
         hit = self.kinds_memo.get(key)
         if hit is None:
             hit = self.kinds_memo[key] = [
-                k for k in sorted(self.sig_kinds[key[0]]) if all(self._choices(k, d) for d in pod.gpu)
+                k for k in self.sig_kinds[key[0]] if all(self._choices(k, d) for d in pod.gpu)
             ]
         return hit
 
     def run(self) -> Plan:
-        pending = sorted(
-            self.snapshot.pending,
-            key=lambda p: (
-                self._size(p) if self.strategy == "small-first" else 0,
+        reach: dict[str, list[str]] = {}  # pod key -> `_kinds`, found while ordering
+
+        def order(p: Pod) -> tuple[object, ...]:
+            size = self._size(p)
+            kinds = reach[p.key] = self._kinds(p)
+            return (
+                size if self.strategy == "small-first" else 0,
                 -p.priority,
                 p.key not in self.boost,
-                self._flexibility(p),
-                self._size(p) if self.strategy == "ascending" else -self._size(p),
+                len(kinds),  # flexibility: pods that fit fewer GPU kinds go first
+                size if self.strategy == "ascending" else -size,
                 p.created,
                 p.key,
-            ),
-        )
+            )
+
+        pending = sorted(self.snapshot.pending, key=order)
         for p in pending:
-            kinds = self._kinds(p)
+            kinds = reach[p.key]
             self.pod_kinds[p.key] = len(kinds)
             if self.strategy == "demand-first" and kinds:
                 shares = [(k, self._rigid_mib(p, k) // len(kinds)) for k in kinds]
@@ -1071,19 +1139,26 @@ class Planner:
     def _misfits(self, pod: Pod) -> tuple[Counter[str], list[_NodeState]]:
         """Why nodes refuse the pod whatever its CPU and memory (selectors, taints, GPU model), counted, and the
         nodes left; memoised per signature and GPU request, since explaining is per left-out pod."""
-        key = (self._sig(pod), pod.gpu)
+        sid = self._sig(pod)
+        key = (sid, pod.gpu)
         hit = self.misfit_memo.get(key)
         if hit is None:
-            fixed: Counter[str] = Counter()
-            left = []
-            for ns in self.nodes:
-                why = static_misfit(pod, ns.node)
-                if not why and not any(self._choices(k, d) for k in {s.kind for s in ns.slots} for d in pod.gpu):
-                    why = "GPU model cannot serve the request"
-                if why:
-                    fixed[why] += 1
+            static = self.static_memo.get(sid)
+            if static is None:  # selectors and taints: per signature, whatever the GPU request
+                static = self.static_memo[sid] = (Counter(), {})
+                for ns in self.nodes:
+                    why = static_misfit(pod, ns.node)
+                    if why:
+                        static[0][why] += 1
+                    else:
+                        static[1].setdefault(frozenset(sl.kind for sl in ns.slots), []).append(ns)
+            fixed = Counter(static[0])
+            left: list[_NodeState] = []
+            for kinds, nodes in static[1].items():
+                if any(self._choices(k, d) for k in kinds for d in pod.gpu):
+                    left.extend(nodes)
                 else:
-                    left.append(ns)
+                    fixed["GPU model cannot serve the request"] += len(nodes)
             hit = self.misfit_memo[key] = (fixed, left)
         return hit
 
