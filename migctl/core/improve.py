@@ -76,6 +76,8 @@ class Shapes:
             )
             for lay in geo.layouts
         ]
+        # least unusable first, so `fit` stops at the first layout that cannot beat the best so far
+        self._by_unusable = sorted(enumerate(self._layouts), key=lambda t: (t[1][2], t[0]))
         self._memo: dict[tuple[int, tuple[Req, ...]], Fit | None] = {}
         self._least: dict[Req, tuple[int, int]] = {}
         self.most = (max(geo.instance_mib(lay) for lay in geo.layouts), geo.model.compute_slices)
@@ -133,15 +135,19 @@ class Shapes:
             best = (sum(self.mib[n] for n in kept), False, kept)
         if reshape:
             wanted = frozenset(r[1] for r in reqs if r[0] == "p")
-            for have, size, unusable, variants in self._layouts:
+            floor = sum(self.least(r)[0] for r in reqs)  # no layout serves `reqs` with less instance MiB
+            first = -1  # index of the best layout; ties go to the existing instances, then the lowest index
+            for i, (have, size, unusable, variants) in self._by_unusable:
+                if best is not None and unusable + floor > best[0]:
+                    break
                 if size < len(reqs) or not variants <= wanted:
                     continue
                 got = self._match(have, reqs)
                 if got is None:
                     continue
                 cost = unusable + sum(self.mib[n] for n in got)
-                if best is None or cost < best[0]:
-                    best = (cost, True, got)
+                if best is None or (cost, i) < (best[0], first):
+                    best, first = (cost, True, got), i
         self._memo[key] = best
         return best
 
