@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -270,8 +271,10 @@ class Catalog:
         return None
 
 
+@lru_cache(maxsize=1024)
 def _product_key(name: str) -> str:
-    """GFD label form, case-folded, with GFD's `-MIG-...` suffix removed (single strategy)."""
+    """GFD label form, case-folded, with GFD's `-MIG-...` suffix removed (single strategy); cached, since every
+    node's label is matched against every name of the catalog."""
     key = gfd_product(name).casefold()
     return key.split("-mig-")[0]
 

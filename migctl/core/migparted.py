@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -107,7 +108,21 @@ class MigPartedConfig(BaseModel):
 
 
 def parse(text: str, source: str) -> MigPartedConfig:
-    """Parse a mig-parted config; errors name the source, the config name and the field."""
+    """Parse a mig-parted config; errors name the source, the config name and the field.
+
+    Results are cached by text: the controller reads the same ConfigMap every cycle, and a config with a
+    thousand named layouts takes most of a second to load (PyYAML builds its Python objects one by one). The
+    model is frozen and nothing mutates its dicts, so sharing it is safe; errors are not cached."""
+    return _parse(text, source)
+
+
+def forget_parsed() -> None:
+    """Drop the cached parses (a benchmark times a cold read)."""
+    _parse.cache_clear()
+
+
+@lru_cache(maxsize=8)
+def _parse(text: str, source: str) -> MigPartedConfig:
     try:
         data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as e:

@@ -15,6 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 RESOURCE_PREFIX = "nvidia.com/mig-"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
@@ -71,12 +72,17 @@ def resource_name(profile: str) -> str:
     return RESOURCE_PREFIX + profile.replace("+", ".")
 
 
+_MIG_RESOURCE = re.compile(r"^((?:\d+c\.)?\d+g\.\d+gb)(?:\.([a-z.]+)|(-[a-z.]+))?$")
+
+
+@lru_cache(maxsize=1024)
 def profile_from_resource(resource: str) -> str | None:
-    """Inverse of `resource_name` (`nvidia.com/mig-1g.10gb.me` -> `1g.10gb+me`); None if not a MIG resource."""
+    """Inverse of `resource_name` (`nvidia.com/mig-1g.10gb.me` -> `1g.10gb+me`); None if not a MIG resource.
+    Cached: every pod and node label of a snapshot asks it."""
     if not resource.startswith(RESOURCE_PREFIX):
         return None
     rest = resource[len(RESOURCE_PREFIX) :]
-    m = re.match(r"^((?:\d+c\.)?\d+g\.\d+gb)(?:\.([a-z.]+)|(-[a-z.]+))?$", rest)
+    m = _MIG_RESOURCE.match(rest)
     if not m:
         return None
     base, plus, minus = m.group(1), m.group(2), m.group(3)

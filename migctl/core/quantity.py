@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -26,6 +27,12 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise ValueError(f"{text!r} is not a quantity")
     if isinstance(text, int | float):
         return Decimal(str(text))
+    return _parse_text(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Decimal:
+    """Cached: a snapshot spells the same few quantities thousands of times (Decimals are immutable)."""
     m = _RE.match(text.strip())
     if not m:
         raise ValueError(f"{text!r} is not a Kubernetes quantity (expected e.g. 7Gi, 8192Mi, 500m, 2)")

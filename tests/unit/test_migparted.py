@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from migctl.core.migparted import GpuConfig, config_name, parse, render, resolve
+from migctl.core.migparted import GpuConfig, config_name, forget_parsed, parse, render, resolve
 from migctl.errors import InputError
 
 # The shape of the GPU Operator's default-mig-parted-config (all-balanced uses device filters per model).
@@ -119,3 +119,17 @@ def test_bad_configs_are_rejected_precisely(text: str, expected: str) -> None:
     with pytest.raises(InputError, match=expected) as info:
         parse(text, "my-config.yaml")
     assert "my-config.yaml" in str(info.value)
+
+
+def test_parsed_configs_are_cached_by_text_and_errors_are_not() -> None:
+    """The controller re-reads an unchanged ConfigMap every cycle: the same text is parsed once."""
+    forget_parsed()
+    first = parse(OPERATOR_CONFIG, "cm")
+    assert parse(OPERATOR_CONFIG, "cm") is first
+    assert parse(OPERATOR_CONFIG + "\n", "cm") is not first  # another text is parsed anew
+    forget_parsed()
+    assert parse(OPERATOR_CONFIG, "cm") is not first
+    broken = "version: v1\nmig-configs:\n  a: [\n"
+    for _ in range(2):  # a failed parse raises every time, with its source named
+        with pytest.raises(InputError, match="broken YAML"):
+            parse(broken, "cm")
