@@ -34,10 +34,11 @@ trade, and last **reshuffle**: every pod of one node, or of two nodes, placed ag
 together with left-out pods that could go there (as many of each priority stay placed), by a capped branch and
 bound explored as a limited discrepancy search; for what no move of one or two pods lowers.
 
-A GPU's fit for a multiset of requests is exact (every valid layout is tried) and memoised per model on the
-requests' canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that
-holds it (both accept exactly the same instances). Moves are drafted and probed against the memo before
-anything changes. The work is capped by a count of probes, not by time, so the result stays deterministic.
+A GPU's fit for a multiset of requests is exact (valid layouts are tried least unusable memory first, until none
+left could do better) and memoised per model on the requests' canonical form: an exact profile, or a VRAM
+request rounded up to the smallest plain instance that holds it (both accept exactly the same instances). Moves
+are drafted and probed against the memo before anything changes. The work is capped by a count of probes, not
+by time, so the result stays deterministic.
 """
 
 from __future__ import annotations
