@@ -67,6 +67,7 @@ def print_scale(res: dict[str, Any]) -> None:
     for label, key in (
         ("json.loads (baseline)", "parse_s"),
         ("snapshot_from_objects", "adapter_s"),
+        ("snapshot_from_objects, config cached", "adapter_warm_s"),
         ("plan()", "plan_s"),
     ):
         print(f"{label:<34} {res[key]:>9.3f} {res[key] / res['parse_s']:>8.2f}")
@@ -92,6 +93,12 @@ def print_scale(res: dict[str, Any]) -> None:
             f"{r['nodes']:<20} {r['gpus']:>5} {r['pods']:>5} {r['exact_status']:>10} {r['exact_s']:>8.2f} "
             f"{r['plan_s']:>8.3f} {ratio:>9}  {tuple(r['planner'])} vs {tuple(r['exact']) if r['exact'] else '-'}"
         )
+    o = res["overloaded"]
+    print(
+        f"\noverloaded prefix: {o['nodes']} nodes, {o['pending_pods']} pending pods: plan() {o['plan_s']:.2f} s = "
+        f"{o['plan_over_parse']:.1f}x its parse ({o['parse_s']:.3f} s); placed {o['pods_placed']}, "
+        f"{o['unplaceable_alone']} no node could ever serve"
+    )
     if "profile" in res:
         print(f"\n== cProfile of one plan() call on {res['profile_instance']} (own time)\n" + res["profile"])
         print("\n== cProfile of one snapshot_from_objects call, full size (own time)\n" + res["profile_adapter"])

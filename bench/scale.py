@@ -9,7 +9,8 @@ A `plan()` slower than 5 s is timed once. The headline is plan / parse (goal <= 
 100-node prefix, that the directly built snapshot plans to the same objective as the adapter's; computes a lower
 bound on stranded MiB (see `stranded_lower_bound`); and runs the exact solver on growing prefixes of the instance
 (8 GPUs per node, 10 pods per node) until it no longer proves optimality within the time limit, reporting
-planner time / exact time on the largest one it solved.
+planner time / exact time on the largest one it solved; and times `plan()` on an overloaded prefix (a fifth of the
+nodes, 20 pods per node), where every pass of the portfolio runs.
 """
 
 from __future__ import annotations
@@ -146,6 +147,25 @@ def exact_ladder(
     return rows
 
 
+def overloaded(instance: Instance, catalog: Catalog, nodes: int, pods: int) -> dict[str, Any]:
+    """A prefix with twice the full instance's pods per node, so the first pass leaves pods that fit somewhere:
+    then the whole portfolio, the squeaky rounds and the polish run. Times one `plan()` against its parse."""
+    sub = subset(instance, nodes, pods)
+    text = sub.json_text(catalog)
+    parse_s, doc = best_of(lambda: json.loads(text), 3)
+    snap = snapshot_from_objects(doc["items"], catalog)
+    plan_s, result = best_of(lambda: plan(snap), 1)
+    return {
+        "nodes": nodes,
+        "pending_pods": len(snap.pending),
+        "parse_s": parse_s,
+        "plan_s": plan_s,
+        "plan_over_parse": plan_s / parse_s,
+        "pods_placed": result.summary.pods_placed,
+        "unplaceable_alone": sum(1 for w in min_waste(snap.pending, snap.nodes).values() if w is None),
+    }
+
+
 def run(
     nodes: int = 1000,
     pods: int = 10_000,
@@ -206,6 +226,7 @@ def run(
         "direct_snapshot_same_objective": same,
         "model_kinds": dict(Counter(n.model for n in inst.nodes)),
         "exact_ladder": exact_ladder(inst, catalog, ladder, exact_time_limit, repeats),
+        "overloaded": overloaded(inst, catalog, max(1, nodes // 5), 4 * pods // 10),
     }
     if profile:
         prefix = subset(inst, min(nodes, 200), min(pods, 2000))

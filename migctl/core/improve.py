@@ -43,7 +43,7 @@ by time, so the result stays deterministic.
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -201,10 +201,11 @@ class Item:
     kid: int = -1  # its interned id in the local search
 
     def req(self, shapes: Shapes) -> Req | None:
-        key = id(shapes)
-        if key not in self.reqs:
-            self.reqs[key] = shapes.req(self.demand)
-        return self.reqs[key]
+        try:
+            return self.reqs[id(shapes)]
+        except KeyError:
+            got = self.reqs[id(shapes)] = shapes.req(self.demand)
+            return got
 
 
 @dataclass(eq=False)
@@ -221,6 +222,7 @@ class Bin:
     reshaped: bool = False
     reqs: tuple[Req, ...] = ()  # of `items`, sorted
     start: int = -1
+    plus: dict[Req, Fit | None] = field(default_factory=dict)  # fit with one request more, until `items` change
 
     def __post_init__(self) -> None:
         self.start = self.shapes.start(self.base, self.reshape)
@@ -256,6 +258,7 @@ class Bin:
 
     def take(self, items: list[Item], fit: Fit) -> None:
         self.items = items
+        self.plus = {}
         self.cost, self.reshaped = fit[0], fit[1]
         reqs = _reqs(items, self.shapes)
         assert reqs is not None, "only fits that were probed are taken"
@@ -302,10 +305,25 @@ class LocalSearch:
 
     def _probe(self, b: Bin, add: Sequence[Item], drop: Sequence[Item] = ()) -> Fit | None:
         self.budget -= 1
+        if not drop and len(add) == 1:
+            return self._probe_one(b, add[0])
         adds, drops = _reqs(add, b.shapes), _reqs(drop, b.shapes)
         if adds is None or drops is None:
             return None
         return b.probe(adds, drops)
+
+    def _probe_one(self, b: Bin, it: Item) -> Fit | None:
+        """`_probe(b, [it])` without the budget charge: the fit of one pod more, the most common probe, memoised
+        on the GPU per request until its pods change (`Bin.plus`)."""
+        r = it.req(b.shapes)
+        if r is None:
+            return None
+        hit = b.plus.get(r, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        i = bisect_right(b.reqs, r)
+        got = b.plus[r] = b.shapes.fit(b.start, (*b.reqs[:i], r, *b.reqs[i:]))
+        return got
 
     def run(self, unplaced: list[Item]) -> list[Item]:
         """Place what it can of `unplaced` (highest priority first, in the given order within a priority), in
@@ -761,8 +779,13 @@ class LocalSearch:
         if hit is not None and hit[0] == self.epoch:
             return hit[1]
         out = []
+        at, need = v.at, v.pod.requests
         for b in self.candidates(v):
-            if b is not v.at and v.pod.requests.fits_in(b.box.free) and self._probe(b, [v]) is not None:
+            free = b.box.free
+            if b is at or need.cpu_m > free.cpu_m or need.memory > free.memory or need.pods > free.pods:
+                continue
+            self.budget -= 1  # a `_probe`
+            if self._probe_one(b, v) is not None:
                 out.append(b)
         self._spots[key] = (self.epoch, out)
         return out

@@ -129,6 +129,7 @@ class _NodeState:
     node: Node
     free: Resources
     mode_ok: bool  # MIG mode may change here (setting on, no GPU pods, not frozen)
+    start: Resources  # `free` before this plan
     touched: bool = False
     slots: list[_Slot] = field(default_factory=list)
     sigs: list[int] = field(default_factory=list)
@@ -260,7 +261,8 @@ class Planner:
                 or self.strategy == "no-changes"
             )
             mode_ok = self.settings.allow_mig_mode_change and not frozen and not node.gpu_pods
-            ns = _NodeState(node, node.free, mode_ok)
+            room = node.free
+            ns = _NodeState(node, room, mode_ok, room)
             if node.model is not None:
                 self.models[node.model.id] = node.model
                 if node.model.id not in self.completions:
@@ -655,13 +657,15 @@ class Planner:
         A GPU-heavy pod then goes where CPU is scarce and a CPU-heavy one where CPU is plentiful, so neither
         strands the resource the other needs (the misses against the exact solver were mostly that)."""
         ns = slot.node
-        start = ns.node.free
-        fr = [(ns.gpu_left - mib) / ns.gpu_total if ns.gpu_total else 0.0]
+        start = ns.start
+        hi = lo = (ns.gpu_left - mib) / ns.gpu_total if ns.gpu_total else 0.0
         if start.cpu_m:
-            fr.append((ns.free.cpu_m - pod.requests.cpu_m) / start.cpu_m)
+            f = (ns.free.cpu_m - pod.requests.cpu_m) / start.cpu_m
+            hi, lo = max(hi, f), min(lo, f)
         if start.memory:
-            fr.append((ns.free.memory - pod.requests.memory) / start.memory)
-        return round((max(fr) - min(fr)) * 1000)
+            f = (ns.free.memory - pod.requests.memory) / start.memory
+            hi, lo = max(hi, f), min(lo, f)
+        return round((hi - lo) * 1000)
 
     # -- scarcity ----------------------------------------------------------------------------------------
 
