@@ -216,16 +216,17 @@ class ModelGeometry:
         return tuple(p.name for p in self.model.base_profiles if self.is_valid(canonical([*items, (p.name, 1)])))
 
 
-_GEOMETRY: dict[int, tuple[GpuModel, ModelGeometry]] = {}
+_GEOMETRY: dict[tuple[object, ...], ModelGeometry] = {}
 
 
 def geometry(model: GpuModel) -> ModelGeometry:
-    """The cached geometry of a model (keyed by identity: models are immutable)."""
-    hit = _GEOMETRY.get(id(model))
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    geo = ModelGeometry(model)
-    _GEOMETRY[id(model)] = (model, geo)
+    """The cached geometry of a model, keyed by what geometry depends on. Not by identity: the adapter builds a
+    fresh model per node from its live memory labels on every read, so an identity key grew by one entry per
+    model per plan in a long-running controller, and every plan enumerated the layouts again."""
+    key = (model.id, model.memory_mib, model.compute_slices, model.placement_units, model.max_instances, model.profiles)
+    geo = _GEOMETRY.get(key)
+    if geo is None:
+        geo = _GEOMETRY[key] = ModelGeometry(model)
     return geo
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -125,6 +126,17 @@ def test_unusable_memory() -> None:
     seven = a100.profile("1g.5gb").memory_mib * 7
     assert unusable_mib(a100, {"1g.5gb": 7}) == a100.full_profile.memory_mib - seven
     assert unusable_mib(a100, {"7g.40gb": 1}) == 0
+
+
+def test_equal_models_share_one_geometry_and_live_memory_gets_its_own() -> None:
+    """The adapter builds a fresh model per node on every read (live memory labels): equal models must share
+    the cached geometry, or the cache grows with every plan of a long-running controller."""
+    h100 = CATALOG.model("h100-80gb")
+    assert geometry(replace(h100)) is geometry(h100)
+    assert geometry(h100.with_live_memory({"1g.10gb": 9728})) is geometry(h100.with_live_memory({"1g.10gb": 9728}))
+    live = geometry(h100.with_live_memory({"1g.10gb": 9728}))
+    assert live is not geometry(h100)
+    assert live.model.profile("1g.10gb").memory_mib == 9728
 
 
 def _layout_strategy(model: GpuModel) -> st.SearchStrategy[dict[str, int]]:
