@@ -1068,9 +1068,10 @@ class LocalSearch:
         """Cheapest GPU for `it` once draft `d` is applied: where it fitted before on nodes the draft leaves alone,
         or any GPU of a node it changes (not the GPU `it` comes from)."""
         best: tuple[tuple[int, float], Bin] | None = None
-        reach = self.candidates(it)
+        reach = self._reach(it)
         where = [x for x in self.spots(it) if x.box not in d.res]
-        where += [x for x in reach if x.box in d.res and x is not it.at]
+        # the draft's nodes are few: their GPUs in reach (the order does not matter, GPU orders break ties)
+        where += [x for box in d.res for x in box.bins if x in reach and x is not it.at]
         for x in where:
             if x is avoid or not it.pod.requests.fits_in(d.room(x.box)):
                 continue

@@ -203,6 +203,7 @@ class Planner:
         strategy: str = "stranded-first",
         boost: frozenset[str] = frozenset(),
         shapes: dict[str, Shapes] | None = None,
+        completions: dict[str, _Completions] | None = None,
     ) -> None:
         self.boost = boost  # pods taken first within their priority (pods an earlier pass left out)
         if strategy not in STRATEGIES:
@@ -211,7 +212,8 @@ class Planner:
         self.snapshot = snapshot
         self.settings = settings or PlannerSettings()
         self.models: dict[str, GpuModel] = {}
-        self.completions: dict[str, _Completions] = {}
+        # per model id; shared by the passes of one `plan()`, like `shapes`: best completions are memoised
+        self.completions: dict[str, _Completions] = {} if completions is None else completions
         self.nodes: list[_NodeState] = []
         self.slots: list[_Slot] = []
         self.order_span = 0  # more than any GPU order
@@ -1219,7 +1221,8 @@ def _collector_paused() -> Iterator[None]:
 
 def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
     shapes: dict[str, Shapes] = {}
-    first = Planner(snapshot, settings, shapes=shapes)
+    completions: dict[str, _Completions] = {}
+    first = Planner(snapshot, settings, shapes=shapes, completions=completions)
     best = first.run()
     maker = first
     placed = {a.pod for a in best.assignments}
@@ -1229,7 +1232,7 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
         best_rank = rank(best, snapshot)
         ranked = [(best_rank, 0, STRATEGIES[0])]
         for i, strategy in enumerate(STRATEGIES[1:], 1):
-            other_maker = Planner(snapshot, settings, strategy, shapes=shapes)
+            other_maker = Planner(snapshot, settings, strategy, shapes=shapes, completions=completions)
             other = other_maker.run()
             other_rank = rank(other, snapshot)
             ranked.append((other_rank, i, strategy))
@@ -1243,7 +1246,7 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
             if not left or left <= boost:
                 break
             boost |= left
-            latest_maker = Planner(snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes)
+            latest_maker = Planner(snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes, completions)
             latest = latest_maker.run()
             latest_rank = rank(latest, snapshot)
             if latest_rank < best_rank:
