@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from migctl.core import planner as planner_module
@@ -264,3 +266,27 @@ def test_pod_that_fits_one_model_is_not_crowded_out() -> None:
     result = plan(Snapshot((a100, h100), (vram("flexible", 30), mig("rigid", "3g.20gb"))))
     placed = {a.pod: a.node for a in result.assignments}
     assert placed == {"ns/flexible": "h100", "ns/rigid": "a100"}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_plan_pauses_the_garbage_collector_and_restores_it(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan() runs with the cyclic collector off (docs/planning.md) and leaves it as it found it, also on error."""
+    seen: list[bool] = []
+    real = planner_module.Planner.run
+
+    def spy(self: Planner) -> object:
+        seen.append(gc.isenabled())
+        return real(self)
+
+    monkeypatch.setattr(planner_module.Planner, "run", spy)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        run([node("n1", "h100-80gb", [ALL_1G_H100])], [mig("p", "1g.10gb")])
+        assert seen == [False]
+        assert gc.isenabled() is enabled
+        monkeypatch.setattr(planner_module.Planner, "run", lambda self: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            run([node("n1", "h100-80gb", [ALL_1G_H100])], [mig("p", "1g.10gb")])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
