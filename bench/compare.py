@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
-# (nodes, pods) prefixes of the scale instance; (1000, 10000) is the full one
-SCALE = ((8, 80), (32, 320), (200, 2000), (1000, 10_000))
+# (nodes, pods) prefixes of the scale instance: (1000, 10000) is the full one, (200, 4000) the overloaded one
+SCALE = ((8, 80), (32, 320), (200, 2000), (1000, 10_000), (200, 4000))
 
 # Runs inside each tree: reads "q INDEX RANDOM TRACE" (a quality instance) or "s NODES PODS" (a scale prefix)
 # lines, answers one JSON line per instance.
