@@ -229,7 +229,7 @@ class Planner:
         self.option_memo: dict[tuple[int, str], _Option | None] = {}
         self.grow_memo: dict[int, bool] = {}
         self.unit_memo: dict[int, dict[int, _Candidate | None]] = {}  # demand class -> state id -> option
-        self.existing_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
+        self.choice_cost_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
         self.kinds_memo: dict[tuple[int, tuple[GpuDemand, ...]], list[str]] = {}
         self.misfit_memo: dict[tuple[int, tuple[GpuDemand, ...]], tuple[Counter[str], list[_NodeState]]] = {}
@@ -465,10 +465,10 @@ class Planner:
         self.choice_memo[key] = out
         return out
 
-    def _cost(self, pod: Pod, demand: GpuDemand, mib: int, opt: _Option, kind: str, profile: str) -> Cost:
-        waste = mib - need_mib(demand, mib, pod.need_mib)
+    def _cost(self, waste: int, share: int, opt: _Option) -> Cost:
+        """The cost tuple of an option, from its GPU-independent parts (`_choice_costs`). `_place_single` builds
+        the same tuple for existing instances inline, so that it makes an `_Option` only for the winner."""
         prefer = 1 if opt.reconfigure and self.strategy == "existing-first" else 0
-        share = self._share(kind, profile) if self.strategy == "pack-first" else 0
         return (prefer, share, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
 
     def _share(self, kind: str, profile: str) -> int:
@@ -486,12 +486,11 @@ class Planner:
         if kid in memo:
             return memo[kid]
         best: _Candidate | None = None
-        prefer = 1 if self.strategy == "existing-first" else 0  # `_cost` of a reshaping option
-        for profile, mib, waste, share in self._existing_choices(cid, slot.kind, pod, demand):
+        for profile, mib, waste, share in self._choice_costs(cid, slot.kind, pod, demand):
             opt = self._reconf_option(slot, profile, kid)
             if opt is None:
                 continue
-            cost: Cost = (prefer, share, waste + opt.unusable_delta, 0, opt.gpus, opt.nodes, -opt.useful)
+            cost = self._cost(waste, share, opt)
             if best is None or (cost, profile) < (best[0], best[3]):
                 best = (cost, 0.0, slot, profile, mib, opt)
         memo[kid] = best
@@ -500,18 +499,11 @@ class Planner:
     def _unit_cost(self, pod: Pod, demand: GpuDemand, slot: _Slot) -> _Candidate | None:
         """Cheapest option of either kind on one given slot (the per-node path for multi-instance pods)."""
         best: _Candidate | None = None
-        for profile, mib in self._choices(slot.kind, demand):
+        for profile, mib, waste, share in self._choice_costs(self._cid(pod, demand), slot.kind, pod, demand):
             for opt in (self._existing_option(slot, profile), self._compute_reconf(slot, profile)):
                 if opt is None:
                     continue
-                cand: _Candidate = (
-                    self._cost(pod, demand, mib, opt, slot.kind, profile),
-                    slot.order,
-                    slot,
-                    profile,
-                    mib,
-                    opt,
-                )
+                cand: _Candidate = (self._cost(waste, share, opt), slot.order, slot, profile, mib, opt)
                 if best is None or (cand[0], cand[1], profile) < (best[0], best[1], best[3]):
                     best = cand
         return best
@@ -558,13 +550,17 @@ class Planner:
             heappush(heap, e)
         return found
 
-    def _existing_choices(self, cid: int, kind: str, pod: Pod, demand: GpuDemand) -> list[tuple[str, int, int, int]]:
-        """(profile, instance MiB, waste, scarce-kind term) of the existing instances of `kind` that can serve
-        demand class `cid`: the parts of `_cost` that do not depend on the GPU (memoised)."""
+    def _cid(self, pod: Pod, demand: GpuDemand) -> int:
+        """Small id of the demand class: the request and the annotated need (what an option's waste depends on)."""
+        return self.class_ids.setdefault((demand, pod.need_mib), len(self.class_ids))
+
+    def _choice_costs(self, cid: int, kind: str, pod: Pod, demand: GpuDemand) -> list[tuple[str, int, int, int]]:
+        """(profile, instance MiB, waste, scarce-kind term) of the instances of `kind` that can serve demand class
+        `cid`: the parts of an option's cost that do not depend on the GPU (memoised)."""
         key = (cid, kind)
-        hit = self.existing_memo.get(key)
+        hit = self.choice_cost_memo.get(key)
         if hit is None:
-            hit = self.existing_memo[key] = [
+            hit = self.choice_cost_memo[key] = [
                 (
                     profile,
                     mib,
@@ -579,14 +575,14 @@ class Planner:
         """Place a pod of one GPU unit at its cheapest option (`_cost`, then GPU order); False if none."""
         demand = pod.gpu[0]
         sid = self._sig(pod)
-        cid = self.class_ids.setdefault((demand, pod.need_mib), len(self.class_ids))
+        cid = self._cid(pod, demand)
         protects = self._protect_kinds(pod)
         balanced = self.strategy in BALANCED
         req = pod.requests
         heaps = self.heaps
         best: _Candidate | None = None
         for kind in self.sig_kinds[sid]:
-            for profile, mib, waste, share in self._existing_choices(cid, kind, pod, demand):
+            for profile, mib, waste, share in self._choice_costs(cid, kind, pod, demand):
                 heap = heaps.get((sid, kind, profile))
                 if not heap:
                     continue
@@ -606,7 +602,7 @@ class Planner:
                         continue
                     useful, slot = top
                 scarce = (self._protect(pod, kind) or share) if protects else share
-                cost: Cost = (0, scarce, waste, 0, 0, 0, -useful)
+                cost: Cost = (0, scarce, waste, 0, 0, 0, -useful)  # `_cost` of an existing instance
                 if balanced:
                     cand = self._tilted(cost, pod, slot, profile, mib, _Option(0, 0, 0, useful, False, slot.mig))
                     if best is None or cand[:2] < best[:2]:
