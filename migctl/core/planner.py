@@ -56,6 +56,8 @@ TIDY_PROBES = 50_000  # of that budget, at most this much for the last round tha
 CHAIN_PROBES = 2_500  # per tidy round of every pass, for exchanges (docs/benchmarks.md)
 PASS_REPACK = 20_000  # `LocalSearch.repacks` after tidy in every pass (fit checks, pairs and partners looked at)
 POLISH_REPACK = 100_000  # the same for the best plan's polish (docs/benchmarks.md)
+PASS_AUGMENT = 50_000  # `LocalSearch.augment_all`'s work at the end of every pass (fit checks)
+AUGMENT_WORK = 200_000  # the same for `Planner.augment`, on the plan `plan()` keeps
 POLISH_CHAIN_PROBES = 10_000  # per round of the best plan's polish, for exchanges and for trades
 POLISH_RESHUFFLE = 100_000  # `LocalSearch.reshuffle`'s work in the polish (fit checks, nodes looked at)
 STRATEGIES = (
@@ -837,6 +839,8 @@ class Planner:
         search.repacks = PASS_REPACK  # not before tidy: full re-packed nodes leave it less to move
         if search.out:  # tidying moved pods to smaller instances, which may have opened room
             search.run(list(search.out))
+        if search.out:  # chains of moves for what is still left out (not before tidy: see planning.md)
+            search.augment_all(list(search.out), PASS_AUGMENT)
         self.repacked = search.repacked
         return self._adopt(unplaced)
 
@@ -864,6 +868,21 @@ class Planner:
                     search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES)
                 search.trade(POLISH_CHAIN_PROBES)
             search.reshuffle(self._placed_items(), POLISH_RESHUFFLE)
+            unplaced = self._adopt(unplaced)
+        self._run = (pending, unplaced)
+        return self._result(pending, unplaced)
+
+    def augment(self) -> Plan:
+        """Chains of moves for the pods left out (`LocalSearch.augment_all`), then a tidy for objective 2, on the
+        best plan of `plan()`. Never places fewer pods of any priority. Not after evictions."""
+        if self._run is None or self.evictions:
+            raise RuntimeError("augment() needs a finished run() without evictions")
+        pending, unplaced = self._run
+        model = self._search_model(unplaced)
+        if model is not None:
+            search, todo = model
+            if search.augment_all(todo, AUGMENT_WORK):
+                search.tidy(self._placed_items(), TIDY_PROBES, POLISH_CHAIN_PROBES)
             unplaced = self._adopt(unplaced)
         self._run = (pending, unplaced)
         return self._result(pending, unplaced)
@@ -1191,10 +1210,14 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     priorities), `ascending` (smallest first within each priority: more pods of a tier that cannot all fit),
     `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including
     `no-changes` guarantees a plan never places fewer pods of any priority than leaving the layouts alone. Every
-    pass but `no-changes` ends with the local search (`improve.py`). Then, "squeaky wheel": the pods the latest
-    pass left out go first within their priority in another pass, alternating the two best strategies, a few
-    rounds, keeping the best plan. Last, `Planner.polish` spends more local search on that plan's objective 2
-    (exchanges, and trades among the lowest priority left out); it never places fewer pods of any priority.
+    pass but `no-changes` ends with the local search (`improve.py`), whose last step looks for chains of moves
+    of any length that place the pods still left out (`LocalSearch.augment_all`). Then, "squeaky wheel": the
+    pods the latest pass left out go first within their priority in another pass, alternating the two best
+    strategies, a few rounds, keeping the best plan. Then `Planner.polish` spends more local search on that
+    plan's objective 2 (exchanges, and trades among the lowest priority left out); it never places fewer pods of
+    any priority.
+    Last, where pods that some GPU could serve are still left out, `Planner.augment` looks for such chains once
+    more on that plan.
     """
     with _collector_paused():
         return _plan(snapshot, settings)
@@ -1247,7 +1270,12 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
             latest_rank = rank(latest, snapshot)
             if latest_rank < best_rank:
                 best, best_rank, maker = latest, latest_rank, latest_maker
-    if not maker.can_polish:
+    if maker.can_polish:
+        polished = maker.polish()
+        if rank(polished, snapshot) <= rank(best, snapshot):  # it never ranks worse
+            best = polished
+    placed = {a.pod for a in best.assignments}
+    if maker.evictions or all(p.key in placed or p.key in hopeless for p in snapshot.pending):
         return best
-    polished = maker.polish()
-    return polished if rank(polished, snapshot) <= rank(best, snapshot) else best  # it never ranks worse
+    augmented = maker.augment()
+    return augmented if rank(augmented, snapshot) <= rank(best, snapshot) else best

@@ -206,3 +206,19 @@ def test_the_balance_ties_pass_reaches_the_optimum_pods_per_priority() -> None:
     optimum's pods per priority; without that pass the middle tier places one pod fewer."""
     got, optimum = _seeded_against_optimum(2455, plan)
     assert got == optimum
+
+
+@pytest.mark.parametrize(("seed", "fewer"), [(6282, 1), (7011, 2)])
+def test_augmenting_chains_reach_the_optimum_pods_per_priority(
+    seed: int, fewer: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded instances (24 and 25 pods) whose lowest tier's last pods are placed only by augment: with it, each
+    plan places the exact optimum's pods per priority; without it (neither the augment at the end of each pass
+    nor the final stage), `fewer` pods fewer of the lowest priority. In 6282 either stage suffices; in 7011 only
+    the augment at the end of the passes does."""
+    got, optimum = _seeded_against_optimum(seed, plan)
+    assert got == optimum
+    monkeypatch.setattr(planner_module, "PASS_AUGMENT", 0)
+    monkeypatch.setattr(planner_module, "AUGMENT_WORK", 0)
+    got, _ = _seeded_against_optimum(seed, plan)
+    assert got == (*optimum[:-1], optimum[-1] - fewer)

@@ -188,3 +188,107 @@ def test_the_documented_greedy_miss_now_reaches_the_optimum() -> None:
     pods = [mig("p18", "7g.40gb"), vram("p07", 30), vram("p04", 15), vram("p00", 10), vram("p05", 7)]
     pods += [mig("p06", "1g.10gb"), vram("p10", 5), vram("p13", 3), vram("p19", 1), mig("p20", "1g.10gb")]
     assert plan(Snapshot((n,), tuple(pods))).objective()[0] == 9
+
+
+# -- augment: chains of any length ----------------------------------------------------------------------------
+
+
+def _three_step_chain(priority_v1: int, priority_v2: int) -> tuple[Item, Item, Item, Bin, Bin, Bin, LocalSearch]:
+    """u (priority 10) needs a 3g.20gb: only g0 has one, held by v1; v1 fits g1's 2g.10gb, held by v2; v2 fits
+    g2's free 1g.5gb. Every GPU is fixed."""
+    box = Box(Resources(64_000, 0, 110))
+    v1, v2 = item("v1", vreq(9), priority=priority_v1), item("v2", vreq(4), priority=priority_v2)
+    g0 = gpu(box, 0, [v1], base={"3g.20gb": 1})
+    g1 = gpu(box, 1, [v2], base={"2g.10gb": 1})
+    g2 = gpu(box, 2, [], base={"1g.5gb": 1})
+    u = item("u", GpuDemand("profile", profile="3g.20gb"), priority=10)
+    return u, v1, v2, g0, g1, g2, search([g0, g1, g2])
+
+
+def test_augment_finds_a_chain_that_swap_and_evacuate_miss() -> None:
+    """u needs v1's GPU, v1 needs v2's, v2 fits the free instance: two pods move, one step more than swap."""
+    u, _, _, g0, g1, g2, s = _three_step_chain(10, 10)  # nothing of lower priority to leave out
+    assert [it.pod.name for it in s.run([u])] == ["u"]  # insert, swap and evacuate find nothing
+    assert s.augment_all([u], 0) == 0 and u.at is None  # no work granted, no search
+    assert s.augment_all([u], 1_000) == 1
+    assert (names(g0), names(g1), names(g2)) == ({"u"}, {"v1"}, {"v2"}) and s.out == []
+
+
+def test_augment_leaves_out_only_a_lower_priority_pod_at_the_end_of_a_chain() -> None:
+    """g2 is gone: the chain can only end by leaving out v2 (priority 0 < u's 10); v1 (priority 5) keeps a GPU."""
+    u, _, v2, g0, g1, _, _ = _three_step_chain(5, 0)
+    s = search([g0, g1])
+    s.augments = 1_000
+    assert s.augment(u)
+    assert (names(g0), names(g1)) == ({"u"}, {"v1"}) and s.out == [v2] and v2.at is None
+
+
+def test_augment_never_leaves_out_a_pod_of_the_same_priority() -> None:
+    """As above with v1 and v2 of u's priority: no chain ends in room and none may end by leaving one out."""
+    u, _, _, g0, g1, _, _ = _three_step_chain(10, 10)
+    s = search([g0, g1])
+    s.augments = 1_000
+    assert not s.augment(u) and u.at is None
+    assert (names(g0), names(g1)) == ({"v1"}, {"v2"})
+
+
+def test_augment_counts_node_resources_along_the_chain() -> None:
+    """u (2 CPUs) takes v's place on a node with no CPU left; v fits a free instance on the same node (g1) and
+    on another node (g2). Staying on its node would need 2 CPUs that u has taken: the chain must end on g2."""
+    full, other = Box(Resources(0, 0, 110)), Box(Resources(2_000, 0, 110))
+    v = item("v", vreq(9), cpu_m=2_000)
+    g0 = gpu(full, 0, [v], base={"3g.20gb": 1})
+    g1 = gpu(full, 1, [], base={"1g.10gb": 1})
+    g2 = gpu(other, 2, [], base={"1g.10gb": 1})
+    u = item("u", GpuDemand("profile", profile="3g.20gb"), cpu_m=2_000)
+    s = search([g0, g1, g2])
+    s.augments = 1_000
+    assert s.augment(u)
+    assert (names(g0), names(g1), names(g2)) == ({"u"}, set(), {"v"})
+    assert full.free.cpu_m == 0 and other.free.cpu_m == 0
+    # without the other node there is no chain, and nothing changes
+    full2 = Box(Resources(0, 0, 110))
+    w = item("w", vreq(9), cpu_m=2_000)
+    h0 = gpu(full2, 0, [w], base={"3g.20gb": 1})
+    h1 = gpu(full2, 1, [], base={"1g.10gb": 1})
+    u2 = item("u2", GpuDemand("profile", profile="3g.20gb"), cpu_m=2_000)
+    s = search([h0, h1])
+    s.augments = 1_000
+    assert not s.augment(u2)
+    assert (names(h0), names(h1), full2.free.cpu_m) == ({"w"}, set(), 0)
+
+
+def test_two_for_one_leaves_out_a_cpu_hungry_pod_for_two_that_fit_in_its_place() -> None:
+    """u needs g0's 3g.20gb, held by v1, which fits g1 on node B but B's CPU is all v2's (4 CPUs). No chain keeps
+    every pod placed; leaving out v2 (u's priority) for v1 frees 2 CPUs on B, where w (2 CPUs) then fits g1's
+    other 1g.10gb: u and w placed for v2, one pod more of that priority. No move of the search finds it."""
+    a, b = Box(Resources(64_000, 0, 110)), Box(Resources(4_000, 0, 110))
+    v1, v2 = item("v1", vreq(9), cpu_m=2_000), item("v2", vreq(4), cpu_m=4_000)
+    g0 = gpu(a, 0, [v1], base={"3g.20gb": 1})
+    a.free = Resources(62_000, 0, 109)
+    g1 = gpu(b, 1, [], base={"1g.10gb": 2})
+    g2 = gpu(b, 2, [v2], base={"1g.5gb": 1})
+    b.free = Resources(0, 0, 109)
+    u = item("u", GpuDemand("profile", profile="3g.20gb"), cpu_m=2_000)
+    w = item("w", vreq(9), cpu_m=2_000)
+    s = search([g0, g1, g2])
+    assert sorted(it.pod.name for it in s.run([u, w])) == ["u", "w"]
+    assert s.augment_all([u, w], 1_000) == 1
+    assert (names(g0), names(g1), names(g2)) == ({"u"}, {"v1", "w"}, set())
+    assert [it.pod.name for it in s.out] == ["v2"] and b.free.cpu_m == 0
+
+
+def test_two_for_one_is_undone_when_no_second_pod_fits() -> None:
+    """As above without w: leaving out v2 would only trade it for u, so everything goes back as it was."""
+    a, b = Box(Resources(64_000, 0, 110)), Box(Resources(4_000, 0, 110))
+    v1, v2 = item("v1", vreq(9), cpu_m=2_000), item("v2", vreq(4), cpu_m=4_000)
+    g0 = gpu(a, 0, [v1], base={"3g.20gb": 1})
+    a.free = Resources(62_000, 0, 109)
+    g1 = gpu(b, 1, [], base={"1g.10gb": 2})
+    g2 = gpu(b, 2, [v2], base={"1g.5gb": 1})
+    b.free = Resources(0, 0, 109)
+    u = item("u", GpuDemand("profile", profile="3g.20gb"), cpu_m=2_000)
+    s = search([g0, g1, g2])
+    assert s.augment_all([u], 1_000) == 0
+    assert (names(g0), names(g1), names(g2)) == ({"v1"}, set(), {"v2"}) and u.at is None
+    assert (a.free.cpu_m, b.free.cpu_m) == (62_000, 0)
