@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,13 +92,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", type=int, default=40, help="trace-derived instances (default 40)")
     ap.add_argument("--no-scale", action="store_true", help="skip the scale prefixes")
     a = ap.parse_args(argv)
+    # a stopped comparison must still remove its worktree: SIGTERM unwinds like an exception, through `finally`
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return _compare(a)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _compare(a: argparse.Namespace) -> int:
     jobs = [f"q {i} {a.random} {a.trace}" for i in range(a.random + a.trace)]
     jobs += [] if a.no_scale else [f"s {n} {p}" for n, p in SCALE]
     with tempfile.TemporaryDirectory(prefix="migctl-compare-") as tmp:
         base = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base), a.rev], cwd=ROOT, check=True)
+        procs: list[subprocess.Popen[str]] = []
         try:
             old, new = _start(base), _start(ROOT)
+            procs = [old, new]
             same = 0
             total = {"old": 0.0, "new": 0.0}
             differ: list[str] = []
@@ -120,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                 proc.stdin.close()
                 proc.wait()
         finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
     print(f"\n{same}/{len(jobs)} plans identical" + (f"; different: {', '.join(differ)}" if differ else ""))
     ratio = total["new"] / total["old"]
