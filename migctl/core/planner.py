@@ -874,7 +874,8 @@ class Planner:
 
     def augment(self) -> Plan:
         """Chains of moves for the pods left out (`LocalSearch.augment_all`), then a tidy for objective 2, on the
-        best plan of `plan()`. Never places fewer pods of any priority. Not after evictions."""
+        best plan of `plan()`. It leaves a pod out only for one of higher priority or for two of its own, so the
+        plan never ranks worse. Not after evictions: their victims were chosen for the placement as it was."""
         if self._run is None or self.evictions:
             raise RuntimeError("augment() needs a finished run() without evictions")
         pending, unplaced = self._run
