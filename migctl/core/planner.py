@@ -839,7 +839,7 @@ class Planner:
         search.repacks = PASS_REPACK  # not before tidy: full re-packed nodes leave it less to move
         if search.out:  # tidying moved pods to smaller instances, which may have opened room
             search.run(list(search.out))
-        if search.out:  # chains of moves for what is still left out (not before tidy: see planning.md)
+        if search.out:  # chains of moves for what is still left out: once per pass, not per round (planning.md)
             search.augment_all(list(search.out), PASS_AUGMENT)
         self.repacked = search.repacked
         return self._adopt(unplaced)
@@ -1216,9 +1216,8 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     pods the latest pass left out go first within their priority in another pass, alternating the two best
     strategies, a few rounds, keeping the best plan. Then `Planner.polish` spends more local search on that
     plan's objective 2 (exchanges, and trades among the lowest priority left out); it never places fewer pods of
-    any priority.
-    Last, where pods that some GPU could serve are still left out, `Planner.augment` looks for such chains once
-    more on that plan.
+    any priority. Last, where pods that some GPU could serve are still left out, `Planner.augment` looks for
+    such chains once more on that plan.
     """
     with _collector_paused():
         return _plan(snapshot, settings)
