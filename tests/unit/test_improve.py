@@ -258,10 +258,9 @@ def test_augment_counts_node_resources_along_the_chain() -> None:
     assert (names(h0), names(h1), full2.free.cpu_m) == ({"w"}, set(), 0)
 
 
-def test_two_for_one_leaves_out_a_cpu_hungry_pod_for_two_that_fit_in_its_place() -> None:
-    """u needs g0's 3g.20gb, held by v1, which fits g1 on node B but B's CPU is all v2's (4 CPUs). No chain keeps
-    every pod placed; leaving out v2 (u's priority) for v1 frees 2 CPUs on B, where w (2 CPUs) then fits g1's
-    other 1g.10gb: u and w placed for v2, one pod more of that priority. No move of the search finds it."""
+def _cpu_bound_chain() -> tuple[Box, Box, Bin, Bin, Bin, Item]:
+    """u needs g0's 3g.20gb (node A), held by v1 (2 CPUs); v1 fits g1's 1g.10gb on node B, but B's CPU is all
+    v2's (4 CPUs, on g2). Returns the nodes, the GPUs and u."""
     a, b = Box(Resources(64_000, 0, 110)), Box(Resources(4_000, 0, 110))
     v1, v2 = item("v1", vreq(9), cpu_m=2_000), item("v2", vreq(4), cpu_m=4_000)
     g0 = gpu(a, 0, [v1], base={"3g.20gb": 1})
@@ -269,7 +268,14 @@ def test_two_for_one_leaves_out_a_cpu_hungry_pod_for_two_that_fit_in_its_place()
     g1 = gpu(b, 1, [], base={"1g.10gb": 2})
     g2 = gpu(b, 2, [v2], base={"1g.5gb": 1})
     b.free = Resources(0, 0, 109)
-    u = item("u", GpuDemand("profile", profile="3g.20gb"), cpu_m=2_000)
+    return a, b, g0, g1, g2, item("u", GpuDemand("profile", profile="3g.20gb"), cpu_m=2_000)
+
+
+def test_two_for_one_leaves_out_a_cpu_hungry_pod_for_two_that_fit_in_its_place() -> None:
+    """No chain keeps every pod placed; leaving out v2 (u's priority) for v1 frees 2 CPUs on B, where w (2 CPUs)
+    then fits g1's other 1g.10gb: u and w placed for v2, one pod more of that priority. No move of the search
+    finds it."""
+    _, b, g0, g1, g2, u = _cpu_bound_chain()
     w = item("w", vreq(9), cpu_m=2_000)
     s = search([g0, g1, g2])
     assert sorted(it.pod.name for it in s.run([u, w])) == ["u", "w"]
@@ -280,14 +286,7 @@ def test_two_for_one_leaves_out_a_cpu_hungry_pod_for_two_that_fit_in_its_place()
 
 def test_two_for_one_is_undone_when_no_second_pod_fits() -> None:
     """As above without w: leaving out v2 would only trade it for u, so everything goes back as it was."""
-    a, b = Box(Resources(64_000, 0, 110)), Box(Resources(4_000, 0, 110))
-    v1, v2 = item("v1", vreq(9), cpu_m=2_000), item("v2", vreq(4), cpu_m=4_000)
-    g0 = gpu(a, 0, [v1], base={"3g.20gb": 1})
-    a.free = Resources(62_000, 0, 109)
-    g1 = gpu(b, 1, [], base={"1g.10gb": 2})
-    g2 = gpu(b, 2, [v2], base={"1g.5gb": 1})
-    b.free = Resources(0, 0, 109)
-    u = item("u", GpuDemand("profile", profile="3g.20gb"), cpu_m=2_000)
+    a, b, g0, g1, g2, u = _cpu_bound_chain()
     s = search([g0, g1, g2])
     assert s.augment_all([u], 1_000) == 0
     assert (names(g0), names(g1), names(g2)) == ({"v1"}, set(), {"v2"}) and u.at is None
