@@ -27,11 +27,13 @@ from heapq import heapify, heappop, heappush
 from itertools import count
 from operator import attrgetter
 
+from migctl.core.bins import Bin, Box, Item
 from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
+from migctl.core.fits import Shapes
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical, geometry
-from migctl.core.improve import Bin, Box, Item, LocalSearch, Shapes
+from migctl.core.improve import LocalSearch
 from migctl.core.migparted import GpuConfig
 from migctl.core.placement import signature, static_misfit, tally
 from migctl.core.plan import Assignment, Eviction, GpuPlan, NodePlan, Plan, Summary, Unplaced

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from migctl.core.bins import Bin, Box, Item
 from migctl.core.cluster import GpuDemand, Pod, Resources, Snapshot
+from migctl.core.fits import Shapes
 from migctl.core.geometry import canonical, geometry
-from migctl.core.improve import Bin, Box, Item, LocalSearch, Shapes
+from migctl.core.improve import LocalSearch
 from migctl.core.planner import plan
 from tests.unit.builders import CATALOG, mig, node, vram
 
