@@ -21,9 +21,9 @@ def _h100(name: str) -> Node:
     return Node(name=name, model=CATALOG.model("h100-80gb"), gpus=(Gpu(0, GpuConfig.mig({"1g.10gb": 7}), {}, False),))
 
 
-def _pod(name: str, priority: int, node: str | None = None) -> Pod:
+def _pod(name: str, priority: int) -> Pod:
     demand = (GpuDemand("vram", vram_mib=35 * 1024),)
-    return Pod("ns", name, priority, node=node, requests=Resources(1000, 2**30, 1), gpu=demand)
+    return Pod("ns", name, priority, requests=Resources(1000, 2**30, 1), gpu=demand)
 
 
 def _two_nodes() -> Snapshot:
