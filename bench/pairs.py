@@ -95,9 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=2, help="largest group of nodes solved again (default 2)")
     ap.add_argument("--time-limit", type=float, default=20.0, help="exact solver limit per group, seconds")
     args = ap.parse_args(argv)
-    doc = json.loads(args.results.read_text())
-    records = {r["name"]: r for r in doc["quality"]["records"]}
-    params = doc["quality"]["params"]
+    try:
+        quality = json.loads(args.results.read_text())["quality"]
+        records = {r["name"]: r for r in quality["records"]}
+        params = quality["params"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(
+            f"bench.pairs: {args.results}: expected the JSON of `python -m bench --json` with its quality run "
+            f"(quality.records, quality.params); {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        return 2
     names = args.names or [
         n for n, r in records.items() if r["status"] == "optimal" and r["planner_tiers"] != r["exact_tiers"]
     ]

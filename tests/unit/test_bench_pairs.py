@@ -1,14 +1,17 @@
-"""bench.pairs: the sub-problem of a group of nodes, and the gain an exact re-solve of it finds."""
+"""bench.pairs: the sub-problem of a group of nodes, the gain an exact re-solve of it finds, and a results file it
+cannot use."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("scipy")
 
-from bench.pairs import best_gain, group_snapshot
+from bench.pairs import best_gain, group_snapshot, main
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.migparted import GpuConfig
@@ -62,3 +65,15 @@ def test_a_plan_that_leaves_everything_out_gains_a_node_of_high_priority_pods() 
     gain = best_gain(snap, empty)
     assert gain.delta == (4, 0)  # the pair of nodes holds two pods each, all of the top tier
     assert gain.nodes == ("a", "b")
+
+
+def test_a_results_file_without_a_quality_run_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "scale-only.json"
+    bad.write_text(json.dumps({"scale": {}}))
+    assert main(["--results", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "quality.records" in err and "KeyError" in err
+    assert main(["--results", str(tmp_path / "missing.json")]) == 2
+    assert "FileNotFoundError" in capsys.readouterr().err
