@@ -21,13 +21,12 @@ import argparse
 import json
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
 from bench import exact
-from bench.quality import instances
+from bench.quality import instances, tiers_of
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
@@ -59,16 +58,9 @@ def group_snapshot(snapshot: Snapshot, result: Plan, nodes: set[str]) -> Snapsho
 def best_gain(snapshot: Snapshot, result: Plan, size: int = 2, time_limit: float = 20.0) -> Gain:
     """Solve every group of up to `size` nodes again exactly (`group_snapshot`); the largest gain in pods per
     priority, lexicographically (all zeros when no group gains)."""
-    levels = sorted({p.priority for p in snapshot.pending}, reverse=True)
-    prio = {p.key: p.priority for p in snapshot.pending}
     where = {a.pod: a.node for a in result.assignments}
-
-    def tiers(keys: list[str]) -> tuple[int, ...]:
-        count = Counter(prio[k] for k in keys)
-        return tuple(count[t] for t in levels)
-
     names = [n.name for n in snapshot.nodes]
-    best: tuple[tuple[int, ...], tuple[str, ...]] = (tuple(0 for _ in levels), ())
+    best: tuple[tuple[int, ...], tuple[str, ...]] = (tuple(0 for _ in tiers_of(snapshot, ())), ())
     groups = unproven = 0
     seconds = 0.0
     for k in range(1, size + 1):
@@ -80,8 +72,8 @@ def best_gain(snapshot: Snapshot, result: Plan, size: int = 2, time_limit: float
             if not sub.optimal:
                 unproven += 1
                 continue
-            now = tiers([p for p, n in where.items() if n in chosen])
-            got = tiers([key for key, _, _ in sub.assignments])
+            now = tiers_of(snapshot, [p for p, n in where.items() if n in chosen])
+            got = tiers_of(snapshot, [key for key, _, _ in sub.assignments])
             delta = tuple(g - c for g, c in zip(got, now, strict=True))
             if delta > best[0]:
                 best = (delta, group)
@@ -121,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         result = plan(snap)
         t0 = time.perf_counter()
         g = best_gain(snap, result, args.size, args.time_limit)
-        placed = {a.pod for a in result.assignments}
-        count = Counter(p.priority for p in snap.pending if p.key in placed)
-        mine = [count[t] for t in sorted({p.priority for p in snap.pending}, reverse=True)]
+        mine = list(tiers_of(snap, {a.pod for a in result.assignments}))
         gained += any(g.delta)
         print(
             f"{name:<16} {mine!s:>16} {records[name]['exact_tiers']!s:>16} {list(g.delta)!s:>12}  "
