@@ -111,9 +111,10 @@ class WebhookKube:
         )
 
     def list_pods(self, namespace: str) -> list[Obj]:
+        """Served from the API server's watch cache (resourceVersion 0): no quorum read of etcd per call."""
         lst = _call(
             f"list pods in {namespace}",
-            lambda: self.core.list_namespaced_pod(namespace, _request_timeout=self.timeout_s),
+            lambda: self.core.list_namespaced_pod(namespace, resource_version="0", _request_timeout=self.timeout_s),
         )
         return [self._dict(p) for p in lst.items]
 
