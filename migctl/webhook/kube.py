@@ -30,6 +30,10 @@ class Conflict(KubeCallError):  # noqa: N818
     pass
 
 
+class Forbidden(KubeCallError):  # noqa: N818 - RBAC (403) or an admission policy refused the call
+    pass
+
+
 def _call(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
@@ -40,6 +44,8 @@ def _call(what: str, fn: Callable[[], T]) -> T:
             raise NotFound(text) from e
         if status == 409:
             raise Conflict(text) from e
+        if status == 403:
+            raise Forbidden(text) from e
         raise KubeCallError(text) from e
     except OSError as e:  # connection refused, timeouts (urllib3 errors are OSErrors)
         raise KubeCallError(f"{what}: {e}") from e

@@ -674,6 +674,15 @@ def test_agent_changes_only_its_own_node_with_a_real_bound_token(
                     lambda: agent.patch_node(own, {"metadata": {"finalizers": ["example.com/keep"]}}), "only change"
                 ),
                 "neighbour": _denied(lambda: agent.patch_node(neighbour, gpus), "own node"),
+                "create a node by server-side apply": _denied(  # RBAC: applying a missing object needs create
+                    lambda: agent.patch_node(
+                        f"{release.name}-made-up",
+                        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{release.name}-made-up"}},
+                        field_manager="agent",
+                        _content_type="application/apply-patch+yaml",
+                    ),
+                    "forbidden",
+                ),
             }
             assert not {k: v for k, v in wrong.items() if v}, wrong
             with pytest.raises(PublishError, match="node-restriction policy refused the write"):

@@ -184,3 +184,33 @@ def test_match_conditions_name_the_configured_resource_and_guard_every_field() -
     assert expr.count('"migctl.io/vram" in c.resources.limits') == 2
     assert expr.count('"migctl.io/vram" in c.resources.requests') == 2
     assert match_conditions("example.com/gpu-mem")[0]["expression"].count('"example.com/gpu-mem"') == 4
+
+
+# -- the caBundle without the right to write it -------------------------------------------------------------------
+
+
+def test_a_forbidden_ca_bundle_write_says_which_right_is_missing() -> None:
+    from migctl.webhook.certs import CertManager
+    from migctl.webhook.kube import Forbidden, KubeCallError
+
+    class NoRights:
+        def read_secret(self, namespace: str, name: str) -> tuple[dict[str, bytes], str] | None:
+            raise AssertionError("no Secret in this test (tls.secret_name is empty)")
+
+        def write_secret(self, *a: Any) -> None:
+            raise AssertionError("no Secret in this test (tls.secret_name is empty)")
+
+        def read_webhook_configuration(self, name: str) -> dict[str, Any] | None:
+            raise Forbidden(f"read mutatingwebhookconfiguration {name}: 403 Forbidden")
+
+        def replace_webhook_configuration(self, name: str, body: dict[str, Any]) -> None:
+            raise AssertionError("never read, never written")
+
+    ctx = ServingContext()
+    try:
+        settings = WebhookSettings(tls=TlsSettings(secret_name=""))
+        mgr = CertManager(NoRights(), settings, ctx, "ns", clock=lambda: NOW)
+        with pytest.raises(KubeCallError, match=r"needs get and update on it .*set webhook.configuration_name empty"):
+            mgr.sync()
+    finally:
+        ctx.close()
