@@ -405,7 +405,12 @@ ALL_ON = ["--set", "fallback.enabled=true", "--set", "webhook.enabled=true"]
 
 @pytest.mark.parametrize("release", [ALL_ON], indirect=True, ids=["all-components"])
 def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
-    """Each component can do exactly what its code calls, and not the dangerous neighbours of it."""
+    """Each component can do exactly what its code calls, and not the dangerous neighbours of it.
+
+    What RBAC cannot express is enforced by the chart's ValidatingAdmissionPolicies and tested through admission:
+    the agent's own node (test_agent_changes_only_its_own_node_with_a_real_bound_token: another node is denied),
+    the fallback's status writes (test_fallback_runs_on_its_rights_and_can_change_nothing_else), and the webhook's
+    configuration per TLS mode (test_webhook_updates_its_configuration_only_in_self_signed_mode)."""
     ns, op = release.ns, release.operator_ns
     other = "kube-system"
     ctl, agent, fb, wh = (release.sa(c) for c in ("controller", "agent", "fallback", "webhook"))
@@ -781,34 +786,50 @@ def test_fallback_runs_on_its_rights_and_can_change_nothing_else(
         core.delete_node(node)
 
 
-@pytest.mark.parametrize("release", [["--set", "webhook.enabled=true", "--set", "webhook.tls.mode=cert-manager"]],
-                         indirect=True, ids=["webhook-cert-manager"])  # fmt: skip
-def test_webhook_in_cert_manager_mode_cannot_touch_admission_configuration(
+CM_CONFIGURATION = "migctl-webhook-cm-test"
+
+
+@pytest.mark.parametrize(
+    "release",
+    [
+        ["--set", "webhook.enabled=true", "--set", "webhook.tls.mode=cert-manager",
+         "--set", f"config.webhook.configuration_name={CM_CONFIGURATION}"],
+        ["--set", "webhook.enabled=true", "--set", f"config.webhook.configuration_name={CM_CONFIGURATION}"],
+    ],
+    indirect=True,
+    ids=["cert-manager", "self-signed"],
+)  # fmt: skip
+def test_webhook_updates_its_configuration_only_in_self_signed_mode(
     control_plane: ControlPlane, api: client.ApiClient, release: Release
 ) -> None:
-    """cert-manager issues the certificate and injects the caBundle: the webhook gets no right to its
-    MutatingWebhookConfiguration nor to Secrets, and the chart tells the process to leave the configuration alone."""
+    """Self-signed: the webhook may read and update its own MutatingWebhookConfiguration (the caBundle) and its TLS
+    Secret. cert-manager issues the certificate and injects the caBundle: the same update of the same object is
+    refused, no Secret right is granted, and the chart tells the process to leave the configuration alone."""
+    self_signed = not find(release.objs, "Certificate")  # cert-manager mode renders a Certificate
     wh = release.sa("webhook")
     ADM = "admissionregistration.k8s.io"  # noqa: N806
-    for verb in ("get", "update", "patch"):
-        assert not can(api, wh, verb, "mutatingwebhookconfigurations", "", "migctl-webhook", ADM), verb
-    assert not can(api, wh, "create", "secrets", release.ns)
-    assert not can(api, wh, "get", "secrets", release.ns, "migctl-webhook-tls")
+    for verb in ("get", "update"):
+        assert can(api, wh, verb, "mutatingwebhookconfigurations", "", CM_CONFIGURATION, ADM) == self_signed, verb
+    assert can(api, wh, "create", "secrets", release.ns) == self_signed
+    assert can(api, wh, "get", "secrets", release.ns, "migctl-webhook-tls") == self_signed
     assert can(api, wh, "list", "pods") and can(api, wh, "create", "events", "team-a")
     admission = client.AdmissionregistrationV1Api(api)
-    name = f"{release.name}-probe"
-    admission.create_mutating_webhook_configuration({"metadata": {"name": "migctl-webhook-" + name}, "webhooks": []})
+    admission.create_mutating_webhook_configuration({"metadata": {"name": CM_CONFIGURATION}, "webhooks": []})
     try:
         with as_user(control_plane, wh) as as_wh:
-            got = _denied(
-                lambda: client.AdmissionregistrationV1Api(as_wh).patch_mutating_webhook_configuration(
-                    "migctl-webhook-" + name, {"metadata": {"labels": {"a": "b"}}}
-                ),
-                "forbidden",
-            )
-            assert got == "", got
+            hooks = client.AdmissionregistrationV1Api(as_wh)
+
+            def replace() -> None:  # what migctl.webhook.certs does: read, then update with the resourceVersion
+                cfg = admission.read_mutating_webhook_configuration(CM_CONFIGURATION)
+                cfg.metadata.labels = {"caBundle-written": "yes"}
+                hooks.replace_mutating_webhook_configuration(CM_CONFIGURATION, cfg)
+
+            got = _denied(replace, "forbidden")
+            assert got == ("allowed" if self_signed else ""), got
     finally:
-        admission.delete_mutating_webhook_configuration("migctl-webhook-" + name)
+        admission.delete_mutating_webhook_configuration(CM_CONFIGURATION)
+    if self_signed:
+        return
     env = {e["name"]: e.get("value") for e in one(release.objs, "Deployment", "-webhook")["spec"]["template"]["spec"]
            ["containers"][0]["env"]}  # fmt: skip
     assert env["MIGCTL_WEBHOOK__CONFIGURATION_NAME"] == ""
