@@ -774,6 +774,18 @@ def test_fallback_runs_on_its_rights_and_can_change_nothing_else(
                     ),
                     "may not change",
                 ),
+                "bind with another annotation": _denied(
+                    lambda: fb.create_namespaced_pod_binding(
+                        "too-big",
+                        ns,
+                        client.V1Binding(
+                            metadata=client.V1ObjectMeta(name="too-big", annotations={"example.com/run-as": "root"}),
+                            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+                        ),
+                        _preload_content=False,
+                    ),
+                    "may carry only",
+                ),
                 "PodScheduled of another scheduler's pod": _denied(
                     lambda: fb.patch_namespaced_pod_status("other", ns, {"status": {"conditions": [condition]}}),
                     "may only set the PodScheduled",
