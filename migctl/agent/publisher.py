@@ -1,13 +1,17 @@
 """Publish the inventory on the agent's own Node, only when it changes.
 
-The agent needs one permission: `patch` on its Node. It never reads the Node: the first publish always patches
-and the patch response says what the annotation now holds; after that it patches only when the hardware state
-differs from what it last wrote. Transient API failures (connection errors, 429, 5xx) are retried with
-exponential backoff; anything else (403: RBAC, 404: wrong node name) is raised at once with what to fix.
+The agent needs one permission: `patch` on its Node, and the chart's node-restriction policy (a
+ValidatingAdmissionPolicy) narrows that to this one annotation on the node its own pod is bound to. The patch is a
+merge of that annotation alone, so it never touches labels, taints or migctl's phase annotations. It never reads
+the Node: the first publish always patches and the patch response says what the annotation now holds; after that
+it patches only when the hardware state differs from what it last wrote. Transient API failures (connection
+errors, 429, 5xx) are retried with exponential backoff; anything else (403: RBAC, 422: the policy, 404: wrong node
+name) is raised at once with what to fix.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -42,6 +46,14 @@ _retry = retry(
 )
 
 
+def _message(e: ApiException) -> str:
+    """The API server's own message from a Status body, else the reason."""
+    try:
+        return str(json.loads(e.body or "{}").get("message") or e.reason)
+    except (ValueError, AttributeError):
+        return str(e.reason)
+
+
 class Publisher:
     """Writes `migctl.io/gpus` (or the configured annotation) on one Node."""
 
@@ -62,6 +74,11 @@ class Publisher:
         except ApiException as e:
             if e.status == 404:
                 raise PublishError(f"node {self.node} does not exist (is --node / NODE_NAME right?)") from e
+            if e.status in (403, 422) and "ValidatingAdmissionPolicy" in str(e.body or ""):
+                raise PublishError(
+                    f"node {self.node}: the node-restriction policy refused the write ({_message(e)}); NODE_NAME must "
+                    "be the node this pod runs on, and its token must carry the node claim (docs/install.md#rbac)"
+                ) from e
             if e.status == 403:
                 raise PublishError(
                     f"not allowed to patch node {self.node}: the agent's ServiceAccount needs `patch` on nodes"

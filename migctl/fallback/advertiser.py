@@ -2,7 +2,10 @@
 
 The documented way to advertise a node-level extended resource without a device plugin: a JSON patch on
 `/api/v1/nodes/<node>/status`. migctl owns the configured resource name: it adds or updates it where a node has
-GPUs without MIG and removes it where none is left (for example when a GPU turns MIG on).
+GPUs without MIG and removes it where none is left (for example when a GPU turns MIG on). The patch touches only
+that resource's two entries; the chart's status-restriction policy (a ValidatingAdmissionPolicy) refuses any other
+change the fallback's ServiceAccount might make through `nodes/status` (labels, conditions, addresses, other
+resources), which RBAC alone cannot narrow.
 """
 
 from __future__ import annotations

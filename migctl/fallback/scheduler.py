@@ -1,8 +1,9 @@
 """migctl's scheduler for pods that opt in with `schedulerName: migctl`: one GPU per pod, best fit, then bind.
 
-Order matters: the chosen GPU (index, UUID, and a ready-to-use `visible-devices` value) is written into the pod's
-annotations first, then the pod is bound through the Binding API. The kubelet resolves downward-API env vars
-when it starts the container, which is after binding, so the container always sees the annotation. A pod no
+The chosen GPU (index, UUID, and a ready-to-use `visible-devices` value) travels in the Binding's own
+annotations: the API server copies a Binding's annotations onto the pod in the same write that sets
+`spec.nodeName`, so a bound pod always carries its GPU (the kubelet resolves the downward-API env vars when it
+starts the container, after binding) and the fallback needs no right to patch pods, only `pods/binding` create. A pod no
 single GPU can hold stays pending with a Warning Event (and PodScheduled=False) saying why, like the
 kube-scheduler's FailedScheduling.
 """
@@ -107,10 +108,9 @@ class FallbackScheduler:
             VISIBLE_DEVICES_ANNOTATION: p.uuid or str(p.gpu),
         }
         try:
-            # The annotation first: a container must never start without knowing its GPU.
-            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+            # One write: the API server sets spec.nodeName and merges these annotations into the pod together.
             binding = client.V1Binding(
-                metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+                metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None, annotations=annotations),
                 target=client.V1ObjectReference(api_version="v1", kind="Node", name=p.node),
             )
             # The API answers a Binding with a Status object, which the client cannot deserialize as a V1Binding

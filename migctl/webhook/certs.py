@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from migctl.webhook.kube import Conflict, KubeCallError, Obj
+from migctl.webhook.kube import Conflict, Forbidden, KubeCallError, Obj
 from migctl.webhook.settings import WebhookSettings
 from migctl.webhook.tls import CertBundle, Clock, ServingContext, renew, service_dns_names, utcnow
 
@@ -114,6 +114,17 @@ class CertManager:
     def _ca_bundle(self, ca_pem: bytes) -> bool:
         assert self.kube is not None
         name = self.settings.configuration_name
+        try:
+            return self._write_ca_bundle(name, ca_pem)
+        except Forbidden as e:
+            raise KubeCallError(
+                f"{e}: keeping the caBundle of MutatingWebhookConfiguration {name} needs get and update on it "
+                "(the chart grants them in self-signed mode only); with cert-manager injecting the caBundle, set "
+                "webhook.configuration_name empty"
+            ) from e
+
+    def _write_ca_bundle(self, name: str, ca_pem: bytes) -> bool:
+        assert self.kube is not None
         for _ in range(5):
             cfg = self.kube.read_webhook_configuration(name)
             if cfg is None:

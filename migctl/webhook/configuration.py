@@ -1,14 +1,45 @@
-"""The MutatingWebhookConfiguration the webhook expects (the chart renders the same; tests create it from here)."""
+"""The MutatingWebhookConfiguration the webhook expects (the chart renders the same; tests create it from here).
+
+tests/cluster/test_deploy.py renders the chart and compares its webhook entry with `webhook_configuration()` for
+the same config, so the two cannot drift (path, opt-out key, VRAM resource, matchConditions).
+"""
 
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from migctl.core.settings import PlannerSettings
 from migctl.webhook.settings import WebhookSettings
 
 WEBHOOK_NAME = "vram.migctl.io"
+
+
+def _asks(resource: str) -> str:
+    """CEL: container `c` names `resource` in its limits or requests (either is a request; see vram_requests)."""
+    r = json.dumps(resource)  # a JSON string is a valid CEL string literal (Helm's toJson writes the same)
+    return (
+        f"has(c.resources) && ((has(c.resources.limits) && {r} in c.resources.limits) || "
+        f"(has(c.resources.requests) && {r} in c.resources.requests))"
+    )
+
+
+def match_conditions(resource: str) -> list[dict[str, str]]:
+    """Only pods with a container or init container asking for `resource` are sent to the webhook.
+
+    Every other pod CREATE (the vast majority) never leaves the API server, so a slow or absent webhook costs
+    them nothing. The webhook still decides everything else (opt-out, fallback scheduler, invalid values) itself.
+    """
+    asks = _asks(resource)
+    return [
+        {
+            "name": "asks-for-vram",
+            "expression": f"(has(object.spec.containers) && object.spec.containers.exists(c, {asks})) || "
+            f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, {asks}))",
+        }
+    ]
 
 
 def webhook_configuration(
@@ -17,14 +48,16 @@ def webhook_configuration(
     settings: WebhookSettings | None = None,
     ca_pem: bytes | None = None,
     extra_namespace_expressions: Sequence[Mapping[str, Any]] = (),
+    planner: PlannerSettings | None = None,
 ) -> dict[str, Any]:
     """`client_config`: `{"url": ...}` or `{"service": {...}}`; the caBundle is added when `ca_pem` is given.
 
-    Pods only, CREATE only. Namespaces labelled `<opt_out_key>=<opt_out_value>` are never sent (namespaceSelector),
-    so an outage cannot touch them either. `sideEffects: NoneOnDryRun`: the only side effect is the Event, and it
-    is skipped for dry-run requests.
+    Pods only, CREATE only, and only those asking for VRAM (`matchConditions`). Namespaces labelled
+    `<opt_out_key>=<opt_out_value>` are never sent (namespaceSelector), so an outage cannot touch them either.
+    `sideEffects: NoneOnDryRun`: the only side effect is the Event, and it is skipped for dry-run requests.
     """
     s = settings or WebhookSettings()
+    rules = s.rules(planner)
     cc = dict(client_config)
     if ca_pem is not None:
         cc["caBundle"] = base64.b64encode(ca_pem).decode()
@@ -53,10 +86,11 @@ def webhook_configuration(
                 "reinvocationPolicy": "Never",
                 "namespaceSelector": {
                     "matchExpressions": [
-                        {"key": s.opt_out_key, "operator": "NotIn", "values": [s.opt_out_value]},
+                        {"key": rules.opt_out_key, "operator": "NotIn", "values": [rules.opt_out_value]},
                         *[dict(e) for e in extra_namespace_expressions],
                     ]
                 },
+                "matchConditions": match_conditions(rules.resource),
             }
         ],
     }

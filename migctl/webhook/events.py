@@ -6,6 +6,10 @@ uid in `involvedObject`, so `kubectl describe pod` shows it. A named pod is read
 found by the admission request uid the webhook wrote into its `migctl.io/vram-choice` annotation. A pod that
 never appears within `event_wait_s` (a later webhook rejected it, or it was a dry run) gets no Event; the
 decision is logged either way.
+
+The API cost is bounded, not per event: each pass makes at most one pod LIST per namespace, shared by every
+generateName pod waited for there, served from the API server's watch cache (resourceVersion 0), and a pod not
+found yet is looked for again with a doubling delay (`poll_s`, 2x, 4x, ... at most `max_poll_s`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from migctl.adapters.events import event_body
@@ -36,7 +40,7 @@ class EventApi(Protocol):
     def create_event(self, namespace: str, body: Obj) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class PendingEvent:
     namespace: str
     name: str  # "" for a generateName pod
@@ -44,6 +48,8 @@ class PendingEvent:
     request_uid: str
     message: str
     deadline: float
+    tries: int = 0
+    next_at: float = field(default=0.0, compare=False)  # not looked for again before this (the doubling delay)
 
 
 def _admission_uid(pod: Obj) -> str:
@@ -63,10 +69,13 @@ class EventSender:
         wait_s: float = 10.0,
         poll_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        max_poll_s: float = 4.0,
     ) -> None:
         self.kube = kube
         self.wait_s = wait_s
         self.poll_s = poll_s
+        self.max_poll_s = max(max_poll_s, poll_s)
+        self.lists = 0  # pod LISTs made (tests check they do not grow with the number of events)
         self.clock = clock
         self.queue: queue.Queue[PendingEvent] = queue.Queue(maxsize=1000)
         self.sent: list[tuple[str, str]] = []  # (namespace/name, message)
@@ -108,17 +117,29 @@ class EventSender:
                     waiting.append(self.queue.get_nowait())
                 except queue.Empty:
                     break
-            waiting = [e for e in waiting if not self.try_send(e)]
+            waiting = self.send_due(waiting)
+
+    def send_due(self, waiting: list[PendingEvent]) -> list[PendingEvent]:
+        """One pass over the events whose delay is up (one LIST per namespace at most); returns those still waiting."""
+        now = self.clock()
+        listed: dict[str, list[Obj] | None] = {}
+        return [e for e in waiting if e.next_at > now or not self._attempt(e, listed)]
 
     def try_send(self, e: PendingEvent) -> bool:
         """Send the Event if the pod exists now; True when done with it (sent, or given up)."""
+        return self._attempt(e, {})
+
+    def _attempt(self, e: PendingEvent, listed: dict[str, list[Obj] | None]) -> bool:
         try:
-            pod = self._find(e)
+            pod = self._find(e, listed)
         except KubeCallError as err:
             log.debug("looking for pod %s/%s: %s", e.namespace, e.name or e.generate_name, err)
             pod = None
         if pod is None:
-            if self.clock() >= e.deadline:
+            now = self.clock()
+            e.next_at = now + min(self.poll_s * 2**e.tries, self.max_poll_s)
+            e.tries += 1
+            if now >= e.deadline:
                 log.info(
                     "pod %s/%s did not appear within %.0f s; no Event (%s)",
                     e.namespace,
@@ -131,13 +152,18 @@ class EventSender:
         self._emit(e.namespace, pod, e.message)
         return True
 
-    def _find(self, e: PendingEvent) -> Obj | None:
+    def _find(self, e: PendingEvent, listed: dict[str, list[Obj] | None]) -> Obj | None:
+        """The pod by name, or (generateName) in this pass's one LIST of its namespace (`listed`, None: it failed)."""
         if e.name:
             try:
                 return self.kube.read_pod(e.namespace, e.name)
             except NotFound:
                 return None
-        for pod in self.kube.list_pods(e.namespace):
+        if e.namespace not in listed:
+            listed[e.namespace] = None  # a failed LIST is not repeated within the pass
+            self.lists += 1
+            listed[e.namespace] = self.kube.list_pods(e.namespace)
+        for pod in listed[e.namespace] or []:
             name = str((pod.get("metadata") or {}).get("name") or "")
             if name.startswith(e.generate_name) and _admission_uid(pod) == e.request_uid:
                 return pod

@@ -30,6 +30,10 @@ class Conflict(KubeCallError):  # noqa: N818
     pass
 
 
+class Forbidden(KubeCallError):  # noqa: N818 - RBAC (403) or an admission policy refused the call
+    pass
+
+
 def _call(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
@@ -40,6 +44,8 @@ def _call(what: str, fn: Callable[[], T]) -> T:
             raise NotFound(text) from e
         if status == 409:
             raise Conflict(text) from e
+        if status == 403:
+            raise Forbidden(text) from e
         raise KubeCallError(text) from e
     except OSError as e:  # connection refused, timeouts (urllib3 errors are OSErrors)
         raise KubeCallError(f"{what}: {e}") from e
@@ -111,9 +117,10 @@ class WebhookKube:
         )
 
     def list_pods(self, namespace: str) -> list[Obj]:
+        """Served from the API server's watch cache (resourceVersion 0): no quorum read of etcd per call."""
         lst = _call(
             f"list pods in {namespace}",
-            lambda: self.core.list_namespaced_pod(namespace, _request_timeout=self.timeout_s),
+            lambda: self.core.list_namespaced_pod(namespace, resource_version="0", _request_timeout=self.timeout_s),
         )
         return [self._dict(p) for p in lst.items]
 

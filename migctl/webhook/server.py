@@ -1,8 +1,12 @@
 """The HTTPS server: `POST <path>` (AdmissionReview), `GET /healthz`, `GET /readyz`. Standard library only.
 
 Each accepted connection is wrapped with the *current* `ssl.SSLContext`, so a rotated certificate is served
-to new connections at once without a restart; the TLS handshake runs in the connection's own thread, so a slow
-client never holds up the accept loop.
+to new connections at once without a restart. Work is bounded: at most `max_connections` connections are served
+at once, by a fixed pool of worker threads (the TLS handshake runs there, so a slow client never holds up the
+accept loop); beyond that, new connections wait in the listen backlog until a worker is free. Every read or write
+times out after `io_timeout_s` (an idle kept-alive connection is closed then), and a request that has not been
+answered `request_timeout_s` after the connection began waiting for it is cut off, so a client trickling bytes
+cannot hold a worker for long.
 """
 
 from __future__ import annotations
@@ -10,21 +14,28 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import selectors
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 log = logging.getLogger(__name__)
 MAX_BODY = 3 * 1024 * 1024  # the API server sends at most a few MiB (objects are capped at 1.5 MiB in etcd)
+MAX_CONNECTIONS = 64  # the API server keeps a few connections per replica alive; far more is a misbehaving client
+IO_TIMEOUT_S = 10.0  # one read or write; also how long an idle kept-alive connection stays open
+REQUEST_TIMEOUT_S = 30.0  # the API server gives up after timeoutSeconds (at most 30 s) anyway
 
 Handler = Callable[[Any], dict[str, Any]]  # parsed JSON body -> response body; ValueError -> 400
 
 
-class _TlsServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _TlsServer(HTTPServer):
+    """Binds and listens like HTTPServer; `serve(stop)` is its own bounded accept loop (not serve_forever)."""
+
     request_queue_size = 128
 
     def __init__(
@@ -34,39 +45,93 @@ class _TlsServer(ThreadingHTTPServer):
         admit: Handler,
         path: str,
         ready: Callable[[], bool],
+        max_connections: int = MAX_CONNECTIONS,
+        io_timeout_s: float = IO_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
         self.context_provider = context
         self.admit = admit
         self.admit_path = path
         self.ready = ready
+        self.max_connections = max_connections
+        self.io_timeout_s = io_timeout_s
+        self.request_timeout_s = request_timeout_s
         self.lock = threading.Lock()
-        self.connections: set[socket.socket] = set()
+        self.connections: dict[socket.socket, float] = {}  # open connection -> when its current request is cut off
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.pool = ThreadPoolExecutor(max_workers=max_connections, thread_name_prefix="migctl-webhook-conn")
+        self.peak = 0  # most connections served at once (for tests and debugging)
+        self.cut_off = 0  # connections closed for running past request_timeout_s
+        self.admissions = 0  # POSTs to the admission path (tests check what the API server sends)
         super().__init__(address, _Handler)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("connection from %s failed", client_address, exc_info=True)  # e.g. a failed TLS handshake
+    def serve(self, stop: threading.Event, tick: float = 0.2) -> None:
+        """Accept until `stop`: one connection per free slot; overdue connections are cut off every `tick`."""
+        full_logged = False
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.socket, selectors.EVENT_READ)
+            while not stop.is_set():
+                self.reap()
+                if not self.slots.acquire(timeout=tick):
+                    if not full_logged:
+                        log.warning("serving %d connections, the most allowed; new ones wait", self.max_connections)
+                        full_logged = True
+                    continue
+                full_logged = False
+                if not sel.select(timeout=tick):
+                    self.slots.release()
+                    continue
+                try:
+                    sock, addr = self.socket.accept()
+                except OSError:
+                    self.slots.release()
+                    continue
+                self.pool.submit(self._connection, sock, addr)
 
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = self.socket.accept()
-        sock.settimeout(15)
-        wrapped = self.context_provider().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        with self.lock:
-            self.connections.add(wrapped)
-        return wrapped, addr
+    def _connection(self, sock: socket.socket, addr: Any) -> None:
+        conn: socket.socket = sock
+        try:
+            sock.settimeout(self.io_timeout_s)
+            conn = self.context_provider().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            self.touch(conn)
+            _Handler(conn, addr, self)
+        except Exception:  # a failed handshake or a reset: the client's problem, not ours
+            log.debug("connection from %s failed", addr, exc_info=True)
+        finally:
+            with self.lock:
+                self.connections.pop(conn, None)
+            with contextlib.suppress(OSError):
+                self.shutdown_request(conn)
+            self.slots.release()
 
-    def shutdown_request(self, request: Any) -> None:
+    def touch(self, conn: socket.socket) -> None:
+        """A new request may start on `conn` now: it must be answered within io_timeout_s + request_timeout_s."""
         with self.lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
+            self.connections[conn] = time.monotonic() + self.io_timeout_s + self.request_timeout_s
+            self.peak = max(self.peak, len(self.connections))
+
+    def reap(self) -> None:
+        """Cut off connections past their deadline (the worker's blocked read then fails and it cleans up)."""
+        now = time.monotonic()
+        with self.lock:
+            overdue = [c for c, deadline in self.connections.items() if deadline < now]
+            for c in overdue:
+                self.connections[c] = float("inf")  # once
+        for c in overdue:
+            self.cut_off += 1
+            log.info("closing a connection that ran past %.0f s", self.request_timeout_s)
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(c, socket.SHUT_RDWR)  # the plain socket's: leaves the TLS state to its worker
 
     def close_connections(self) -> None:
         """End kept-alive connections too: a stopped webhook must look stopped to the API server."""
         with self.lock:
-            conns, self.connections = list(self.connections), set()
+            conns = list(self.connections)
         for c in conns:
             with contextlib.suppress(OSError):
-                c.shutdown(socket.SHUT_RDWR)
-            c.close()
+                socket.socket.shutdown(c, socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -78,6 +143,10 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(conn, ssl.SSLSocket):
             conn.do_handshake()
         super().setup()
+
+    def handle_one_request(self) -> None:
+        self.server.touch(self.request)  # the deadline covers waiting for this request and answering it
+        super().handle_one_request()
 
     def handle(self) -> None:
         try:
@@ -109,6 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] != self.server.admit_path:
             self._send(404, "not found")
             return
+        with self.server.lock:
+            self.server.admissions += 1
         try:
             length = int(self.headers.get("Content-Length") or "0")
         except ValueError:
@@ -144,21 +215,37 @@ class WebhookServer:
         admit: Handler,
         path: str = "/mutate",
         ready: Callable[[], bool] = lambda: True,
+        max_connections: int = MAX_CONNECTIONS,
+        io_timeout_s: float = IO_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
-        self._server = _TlsServer((address, port), context, admit, path, ready)
+        self._server = _TlsServer(
+            (address, port), context, admit, path, ready, max_connections, io_timeout_s, request_timeout_s
+        )
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
         return int(self._server.server_address[1])
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """Connections open now, the most at once, how many were cut off for running too long, admission POSTs."""
+        s = self._server
+        with s.lock:
+            return {"open": len(s.connections), "peak": s.peak, "cut_off": s.cut_off, "admissions": s.admissions}
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="migctl-webhook-https", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve, args=(self._stop,), name="migctl-webhook-https", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._server.close_connections()
+        self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._server.server_close()
+        self._server.close_connections()
+        self._server.pool.shutdown(wait=True, cancel_futures=True)

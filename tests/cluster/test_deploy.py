@@ -22,6 +22,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
 from migctl.config import Config, load_config
+from migctl.webhook.configuration import webhook_configuration
 
 from .controlplane import ControlPlane, find_bin_dir
 
@@ -36,8 +37,10 @@ Obj = dict[str, Any]
 # Every optional part on, and non-default names, so the templates' other branches render and validate too.
 FULL = [
     "--set", "fallback.enabled=true",
-    "--set", "agent.nodeRestriction.enabled=true",
     "--set", "webhook.enabled=true",
+    "--set", "config.webhook.path=/admit/vram",
+    "--set", "config.webhook.opt_out_key=example.com/no-vram-webhook",
+    "--set", "config.webhook.opt_out_value=off",
     "--set", "controller.serviceMonitor.enabled=true",
     "--set", "controller.replicas=3",
     "--set", "controller.podDisruptionBudget.minAvailable=2",
@@ -99,8 +102,9 @@ def test_default_render_has_the_safe_shape(helm: Path) -> None:
     kinds = sorted({o["kind"] for o in objs})
     assert kinds == sorted(
         ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "PodDisruptionBudget", "Role",
-         "RoleBinding", "Service", "ServiceAccount"]
+         "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
+    assert one(objs, "ValidatingAdmissionPolicy")["metadata"]["name"].endswith("-agent-node-restriction")
     assert not find(objs, "Deployment", "-fallback"), "the fallback is off by default"
 
     ctl = one(objs, "Deployment", "-controller")["spec"]
@@ -148,7 +152,52 @@ def test_full_render_uses_the_values(helm: Path) -> None:
             "verbs": ["get", "list", "watch", "update"]} in rules  # fmt: skip
     assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["my-lease"],
             "verbs": ["get", "update"]} in rules  # fmt: skip
-    assert one(objs, "ValidatingAdmissionPolicy")
+    assert {p["metadata"]["name"] for p in find(objs, "ValidatingAdmissionPolicy")} == {
+        "migctl-agent-node-restriction", "migctl-fallback-status-restriction"
+    }  # fmt: skip
+
+
+WEBHOOK_CONFIGS = {
+    "defaults": ["--set", "webhook.enabled=true"],
+    "renamed": [
+        "--set", "webhook.enabled=true",
+        "--set", "config.webhook.path=/admit/vram",
+        "--set", "config.webhook.opt_out_key=example.com/no-vram-webhook",
+        "--set", "config.webhook.opt_out_value=off",
+        "--set", "config.webhook.failure_policy=Fail",
+        "--set", "config.webhook.timeout_s=9",
+        "--set", "config.webhook.configuration_name=vram-hook",
+        "--set", "config.planner.vram_resource=example.com/gpu-memory",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("values", WEBHOOK_CONFIGS.values(), ids=WEBHOOK_CONFIGS.keys())
+def test_chart_webhook_configuration_is_the_one_migctl_expects(helm: Path, tmp_path: Path, values: list[str]) -> None:
+    """The chart's MutatingWebhookConfiguration is exactly migctl.webhook.configuration's for the rendered config
+    (path, opt-out label, VRAM resource in matchConditions, failure policy, timeout), plus the chart's own
+    namespace exclusions; and the Deployment serves that path from that config."""
+    objs = render(helm, *values, namespace="ops")
+    path = tmp_path / "config.yaml"
+    path.write_text(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
+    cfg = load_config(path, environ={})
+    rendered = one(objs, "MutatingWebhookConfiguration")
+    assert rendered["metadata"]["name"] == cfg.webhook.configuration_name
+    service = {"name": "migctl-webhook", "namespace": "ops", "path": cfg.webhook.path, "port": 443}
+    expected = webhook_configuration(
+        cfg.webhook.configuration_name,
+        {"service": service},
+        cfg.webhook,
+        extra_namespace_expressions=[
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["ops", "kube-system"]}
+        ],
+        planner=cfg.planner,
+    )
+    assert rendered["webhooks"] == expected["webhooks"]
+    if "config.webhook.path=/admit/vram" in values:  # the non-default values really arrived
+        assert cfg.webhook.path == "/admit/vram" and "example.com/gpu-memory" in str(rendered["webhooks"])
+    c = one(objs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"] == ["webhook", "--config", "/etc/migctl/config.yaml"]  # the process reads the same path
 
 
 @pytest.mark.parametrize("values", [[], FULL], ids=["defaults", "full"])
@@ -356,7 +405,12 @@ ALL_ON = ["--set", "fallback.enabled=true", "--set", "webhook.enabled=true"]
 
 @pytest.mark.parametrize("release", [ALL_ON], indirect=True, ids=["all-components"])
 def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
-    """Each component can do exactly what its code calls, and not the dangerous neighbours of it."""
+    """Each component can do exactly what its code calls, and not the dangerous neighbours of it.
+
+    What RBAC cannot express is enforced by the chart's ValidatingAdmissionPolicies and tested through admission:
+    the agent's own node (test_agent_changes_only_its_own_node_with_a_real_bound_token: another node is denied),
+    the fallback's status writes (test_fallback_runs_on_its_rights_and_can_change_nothing_else), and the webhook's
+    configuration per TLS mode (test_webhook_updates_its_configuration_only_in_self_signed_mode)."""
     ns, op = release.ns, release.operator_ns
     other = "kube-system"
     ctl, agent, fb, wh = (release.sa(c) for c in ("controller", "agent", "fallback", "webhook"))
@@ -426,10 +480,11 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
         (fb, "list", "nodes", "", "", "", True),
         (fb, "watch", "pods", "", "", "", True),
         (fb, "patch", "nodes/status", "", "n1", "", True),
-        (fb, "patch", "pods", "team-a", "p1", "", True),
         (fb, "create", "pods/binding", "team-a", "p1", "", True),
         (fb, "patch", "pods/status", "team-a", "p1", "", True),
         (fb, "create", "events", "team-a", "", "", True),
+        (fb, "patch", "pods", "team-a", "p1", "", False),  # the GPU travels in the Binding's annotations
+        (fb, "update", "pods", "team-a", "p1", "", False),
         (fb, "delete", "pods", "team-a", "p1", "", False),
         (fb, "create", "pods/eviction", "team-a", "p1", "", False),
         (fb, "patch", "nodes", "", "n1", "", False),
@@ -521,39 +576,273 @@ def test_controller_configmap_rights_work_for_real_requests(
             assert exc.value.status == 403, f"{attempt}: {exc.value.status}"
 
 
-@pytest.mark.parametrize("release", [["--set", "agent.nodeRestriction.enabled=true"]], indirect=True,
-                         ids=["node-restriction"])  # fmt: skip
-def test_agent_node_restriction_policy(control_plane: ControlPlane, core: client.CoreV1Api, release: Release) -> None:
-    """With agent.nodeRestriction on, the agent may change only migctl.io/gpus, only on its own node (the node
-    claim of its token, impersonated here as the kubelet-bound token would carry it)."""
+def _denied(call: Callable[[], object], why: str) -> str:
+    """'' when the API server refused the call (403 or 422, message containing `why`); else what happened."""
+    try:
+        call()
+    except client.ApiException as e:
+        return "" if e.status in (403, 422) and why in (e.body or "") else f"refused with {e.status}: {e.body}"
+    return "allowed"
+
+
+def _until_active(probe: Callable[[], str], what: str) -> None:
+    """A new ValidatingAdmissionPolicy takes effect once the API server's informer has it: retry for a while."""
+    deadline = time.monotonic() + 20
+    while (got := probe()) != "":
+        assert time.monotonic() < deadline, f"{what} never took effect: {got}"
+        time.sleep(0.2)
+
+
+def bound_token(core: client.CoreV1Api, namespace: str, sa_name: str, node: str) -> str:
+    """A real ServiceAccount token bound to a pod on `node`, as the kubelet mounts for the agent's pod.
+
+    The API server then puts the pod's node into the token and, when it authenticates a request with it, into
+    userInfo.extra["authentication.kubernetes.io/node-name"]: nothing is impersonated here.
+    """
+    pod = core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": f"agent-{uuid.uuid4().hex[:6]}"},
+            "spec": {
+                "serviceAccountName": sa_name,
+                "automountServiceAccountToken": False,
+                "nodeName": node,
+                "containers": [{"name": "agent", "image": "registry.invalid/migctl:test"}],
+            },
+        },
+    )
+    request = {
+        "spec": {
+            "audiences": [],
+            "expirationSeconds": 3600,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "uid": pod.metadata.uid},
+        }
+    }
+    out = core.create_namespaced_service_account_token(sa_name, namespace, request)
+    return str(out.status.token)
+
+
+def with_token(control_plane: ControlPlane, token: str) -> client.ApiClient:
+    """An ApiClient that authenticates with `token` alone (the admin client certificate dropped)."""
+    api = control_plane.api_client()
+    cfg = api.configuration
+    cfg.cert_file = cfg.key_file = None
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    api.rest_client = type(api.rest_client)(cfg)
+    return api
+
+
+def test_agent_changes_only_its_own_node_with_a_real_bound_token(
+    control_plane: ControlPlane, core: client.CoreV1Api, release: Release
+) -> None:
+    """Default values: the node-restriction policy is rendered and bound. With the token the API server issues for
+    an agent pod on node A, the agent may set migctl.io/gpus on A, and nothing else: not on node B, not a label, a
+    taint, migctl's phase annotations or any other annotation. A token bound to no pod changes no node."""
+    assert find(release.objs, "ValidatingAdmissionPolicyBinding", "-agent-node-restriction")
     own, neighbour = f"{release.name}-gpu-a", f"{release.name}-gpu-b"
     for n in (own, neighbour):
-        core.create_node({"metadata": {"name": n, "labels": {"pool": "gpu"}}})
+        core.create_node({"metadata": {"name": n, "labels": {"pool": "gpu"}, "annotations": {"migctl.io/phase": "x"}}})
+    sa_name = release.sa("agent").rsplit(":", 1)[1]
     try:
-        with as_user(control_plane, release.sa("agent"), {"authentication.kubernetes.io/node-name": own}) as api:
+        token = bound_token(core, release.ns, sa_name, own)
+        with with_token(control_plane, token) as api:
+            who = client.AuthenticationV1Api(api).create_self_subject_review({"apiVersion": "authentication.k8s.io/v1",
+                                                                              "kind": "SelfSubjectReview"})  # fmt: skip
+            assert who.status.user_info.username == release.sa("agent")
+            assert who.status.user_info.extra["authentication.kubernetes.io/node-name"] == [own]
             agent = client.CoreV1Api(api)
+            gpus = {"metadata": {"annotations": {"migctl.io/gpus": "{}"}}}
+            _until_active(lambda: _denied(lambda: agent.patch_node(neighbour, gpus), "own node"), "the agent policy")
+            # the real publisher, as the agent runs it, on its own node
+            from migctl.agent.publisher import Publisher, PublishError
+            from migctl.core.inventory import Inventory
 
-            def neighbour_refused() -> bool:
-                try:
-                    agent.patch_node(neighbour, {"metadata": {"annotations": {"migctl.io/gpus": "{}"}}})
-                except client.ApiException as e:
-                    return e.status in (403, 422) and "own node" in e.body
-                return False
-
-            deadline = time.monotonic() + 20  # the policy becomes active once the API server's informer syncs it
-            while not neighbour_refused():
-                assert time.monotonic() < deadline, "the ValidatingAdmissionPolicy never took effect"
-                time.sleep(0.2)
-            agent.patch_node(own, {"metadata": {"annotations": {"migctl.io/gpus": '{"v":1}'}}})
-            assert core.read_node(own).metadata.annotations["migctl.io/gpus"] == '{"v":1}'
-            for body in (
-                {"metadata": {"labels": {"pool": "stolen"}}},
-                {"metadata": {"annotations": {"other.io/x": "1"}}},
-                {"spec": {"unschedulable": True}},
-            ):
-                with pytest.raises(client.ApiException) as exc:
-                    agent.patch_node(own, body)
-                assert exc.value.status in (403, 422) and "only change the annotation" in exc.value.body, body
+            inventory = Inventory(gpus=())
+            assert Publisher(agent, own).publish(inventory)
+            assert core.read_node(own).metadata.annotations["migctl.io/gpus"] == inventory.to_annotation()
+            wrong = {
+                "label": _denied(lambda: agent.patch_node(own, {"metadata": {"labels": {"pool": "x"}}}), "only change"),
+                "phase annotation": _denied(
+                    lambda: agent.patch_node(own, {"metadata": {"annotations": {"migctl.io/phase": "done"}}}),
+                    "only change",
+                ),
+                "removed annotation": _denied(
+                    lambda: agent.patch_node(own, {"metadata": {"annotations": {"migctl.io/phase": None}}}),
+                    "only change",
+                ),
+                "taint": _denied(
+                    lambda: agent.patch_node(own, {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}),
+                    "only change",
+                ),
+                "cordon": _denied(lambda: agent.patch_node(own, {"spec": {"unschedulable": True}}), "only change"),
+                "finalizer": _denied(
+                    lambda: agent.patch_node(own, {"metadata": {"finalizers": ["example.com/keep"]}}), "only change"
+                ),
+                "neighbour": _denied(lambda: agent.patch_node(neighbour, gpus), "own node"),
+                "create a node by server-side apply": _denied(  # RBAC: applying a missing object needs create
+                    lambda: agent.patch_node(
+                        f"{release.name}-made-up",
+                        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{release.name}-made-up"}},
+                        field_manager="agent",
+                        _content_type="application/apply-patch+yaml",
+                    ),
+                    "forbidden",
+                ),
+            }
+            assert not {k: v for k, v in wrong.items() if v}, wrong
+            with pytest.raises(PublishError, match="node-restriction policy refused the write"):
+                Publisher(agent, neighbour).publish(inventory)  # a wrong NODE_NAME: told what to fix
+        # a token bound to no pod carries no node: it changes no node at all
+        unbound = core.create_namespaced_service_account_token(sa_name, release.ns, {"spec": {"audiences": []}})
+        with with_token(control_plane, unbound.status.token) as api:
+            got = _denied(lambda: client.CoreV1Api(api).patch_node(own, gpus), "own node (token bound to node '')")
+            assert got == "", got
     finally:
         for n in (own, neighbour):
             core.delete_node(n)
+
+
+@pytest.mark.parametrize("release", [["--set", "agent.nodeRestriction.enabled=false"]], indirect=True,
+                         ids=["no-node-restriction"])  # fmt: skip
+def test_node_restriction_can_be_turned_off(release: Release) -> None:
+    assert not find(release.objs, "ValidatingAdmissionPolicy")
+
+
+FALLBACK = ["--set", "fallback.enabled=true"]
+
+
+@pytest.mark.parametrize("release", [FALLBACK], indirect=True, ids=["fallback"])
+def test_fallback_runs_on_its_rights_and_can_change_nothing_else(
+    control_plane: ControlPlane, core: client.CoreV1Api, release: Release
+) -> None:
+    """The real FallbackScheduler, authenticated as the chart's fallback ServiceAccount: it advertises VRAM, binds a
+    pod with its GPU annotations (no pod patch), reports an unplaceable one. Pod patches, node relabelling, forged
+    node conditions, other capacity, pod IPs and PodScheduled on other schedulers' pods are refused."""
+    from migctl.core.catalog import load_catalog
+    from migctl.fallback.advertiser import capacity_patch
+    from migctl.fallback.scheduler import FallbackScheduler
+
+    from .test_fallback_scheduler import t4_node, vram_pod
+
+    node, group, ns = f"{release.name}-t4", release.name, release.ns
+    t4_node(core, node, group, gpus=1)
+    try:
+        core.create_namespaced_pod(ns, vram_pod("fits", "8Gi", group))
+        core.create_namespaced_pod(ns, vram_pod("too-big", "64Gi", group))
+        other = core.create_namespaced_pod(
+            ns, {"metadata": {"name": "other"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        )
+        with as_user(control_plane, release.sa("fallback")) as api:
+            fb = client.CoreV1Api(api)
+
+            def relabel() -> list[dict[str, str]]:  # a new value each time: a no-op patch is never refused
+                return [{"op": "add", "path": "/metadata/labels/pool", "value": uuid.uuid4().hex}]
+
+            _until_active(lambda: _denied(lambda: fb.patch_node_status(node, relabel()), "may not change labels"),
+                          "the fallback policy")  # fmt: skip
+            result = FallbackScheduler(api, load_catalog()).run_once()
+            assert [p.pod for p in result.bound] == [f"{ns}/fits"]
+            assert f"{ns}/too-big" in result.unplaced
+            assert core.read_node(node).status.capacity["migctl.io/vram"] == str(15360 * 2**20)
+            bound = core.read_namespaced_pod("fits", ns)
+            assert bound.spec.node_name == node
+            assert bound.metadata.annotations["migctl.io/visible-devices"] == "0"
+            big = core.read_namespaced_pod("too-big", ns)
+            assert any(c.type == "PodScheduled" and c.status == "False" for c in big.status.conditions)
+
+            status = core.read_node(node).status.to_dict()
+            ready = {"type": "Ready", "status": "False", "reason": "Forged"}
+            condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "x"}
+            wrong = {
+                "patch a pod": _denied(
+                    lambda: fb.patch_namespaced_pod("other", ns, {"metadata": {"labels": {"a": "b"}}}), "forbidden"
+                ),
+                "relabel a node via status": _denied(lambda: fb.patch_node_status(node, relabel()), "may not change"),
+                "forge a node condition": _denied(
+                    lambda: fb.patch_node_status(node, {"status": {"conditions": [ready]}}), "may only change"
+                ),
+                "other capacity": _denied(
+                    lambda: fb.patch_node_status(node, capacity_patch(status, "nvidia.com/gpu", 8)), "may only change"
+                ),
+                "pod IP": _denied(
+                    lambda: fb.patch_namespaced_pod_status("too-big", ns, {"status": {"podIP": "10.9.9.9"}}),
+                    "may only set the PodScheduled",
+                ),
+                "annotate via pod status": _denied(
+                    lambda: fb.patch_namespaced_pod_status(
+                        "too-big", ns, {"metadata": {"annotations": {"migctl.io/visible-devices": "1"}}}
+                    ),
+                    "may not change",
+                ),
+                "bind with another annotation": _denied(
+                    lambda: fb.create_namespaced_pod_binding(
+                        "too-big",
+                        ns,
+                        client.V1Binding(
+                            metadata=client.V1ObjectMeta(name="too-big", annotations={"example.com/run-as": "root"}),
+                            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+                        ),
+                        _preload_content=False,
+                    ),
+                    "may carry only",
+                ),
+                "PodScheduled of another scheduler's pod": _denied(
+                    lambda: fb.patch_namespaced_pod_status("other", ns, {"status": {"conditions": [condition]}}),
+                    "may only set the PodScheduled",
+                ),
+            }
+            assert not {k: v for k, v in wrong.items() if v}, wrong
+            assert other.metadata.uid == core.read_namespaced_pod("other", ns).metadata.uid
+    finally:
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        core.delete_node(node)
+
+
+CM_CONFIGURATION = "migctl-webhook-cm-test"
+
+
+@pytest.mark.parametrize(
+    "release",
+    [
+        ["--set", "webhook.enabled=true", "--set", "webhook.tls.mode=cert-manager",
+         "--set", f"config.webhook.configuration_name={CM_CONFIGURATION}"],
+        ["--set", "webhook.enabled=true", "--set", f"config.webhook.configuration_name={CM_CONFIGURATION}"],
+    ],
+    indirect=True,
+    ids=["cert-manager", "self-signed"],
+)  # fmt: skip
+def test_webhook_updates_its_configuration_only_in_self_signed_mode(
+    control_plane: ControlPlane, api: client.ApiClient, release: Release
+) -> None:
+    """Self-signed: the webhook may read and update its own MutatingWebhookConfiguration (the caBundle) and its TLS
+    Secret. cert-manager issues the certificate and injects the caBundle: the same update of the same object is
+    refused, no Secret right is granted, and the chart tells the process to leave the configuration alone."""
+    self_signed = not find(release.objs, "Certificate")  # cert-manager mode renders a Certificate
+    wh = release.sa("webhook")
+    ADM = "admissionregistration.k8s.io"  # noqa: N806
+    for verb in ("get", "update"):
+        assert can(api, wh, verb, "mutatingwebhookconfigurations", "", CM_CONFIGURATION, ADM) == self_signed, verb
+    assert can(api, wh, "create", "secrets", release.ns) == self_signed
+    assert can(api, wh, "get", "secrets", release.ns, "migctl-webhook-tls") == self_signed
+    assert can(api, wh, "list", "pods") and can(api, wh, "create", "events", "team-a")
+    admission = client.AdmissionregistrationV1Api(api)
+    admission.create_mutating_webhook_configuration({"metadata": {"name": CM_CONFIGURATION}, "webhooks": []})
+    try:
+        with as_user(control_plane, wh) as as_wh:
+            hooks = client.AdmissionregistrationV1Api(as_wh)
+
+            def replace() -> None:  # what migctl.webhook.certs does: read, then update with the resourceVersion
+                cfg = admission.read_mutating_webhook_configuration(CM_CONFIGURATION)
+                cfg.metadata.labels = {"caBundle-written": "yes"}
+                hooks.replace_mutating_webhook_configuration(CM_CONFIGURATION, cfg)
+
+            got = _denied(replace, "forbidden")
+            assert got == ("allowed" if self_signed else ""), got
+    finally:
+        admission.delete_mutating_webhook_configuration(CM_CONFIGURATION)
+    if self_signed:
+        return
+    env = {e["name"]: e.get("value") for e in one(release.objs, "Deployment", "-webhook")["spec"]["template"]["spec"]
+           ["containers"][0]["env"]}  # fmt: skip
+    assert env["MIGCTL_WEBHOOK__CONFIGURATION_NAME"] == ""
+    assert env["MIGCTL_WEBHOOK__TLS__MODE"] == "files"

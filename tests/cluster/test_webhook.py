@@ -284,3 +284,48 @@ def test_controller_makes_the_chosen_instance_and_the_pod_runs(
         ctl.stop()
     assert running.spec.node_name == node
     assert int(core.read_node(node).status.allocatable.get("nvidia.com/mig-1g.10gb", "0")) >= 1
+
+
+def test_only_pods_asking_for_vram_reach_the_webhook(
+    env: Env, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    """matchConditions: the API server evaluates them itself, so a pod without a VRAM request is never sent (counted
+    at the webhook's HTTPS server); VRAM in limits, in requests only, or in an init container is sent and rewritten."""
+    _h100_node(core, node_names, namespace, {"1g.10gb": 7})
+    env.webhook.view.refresh()
+    _wait_until_mutating(env, core, namespace)
+    assert env.webhook.server is not None
+
+    def admissions() -> int:
+        assert env.webhook.server is not None
+        return env.webhook.server.stats["admissions"]
+
+    def container(res: dict[str, Any]) -> dict[str, Any]:
+        return {"name": "c", "image": "busybox", "resources": res}
+
+    plain = {
+        "cpu only": {"containers": [container({"limits": {"cpu": "1"}})]},
+        "no resources": {"containers": [{"name": "c", "image": "busybox"}]},
+        "another extended resource": {"containers": [container({"limits": {"example.com/vram": "1"}})]},
+        "vram as an annotation only": {"containers": [container({})]},
+    }
+    before = admissions()
+    for i, spec in enumerate(plain.values()):
+        meta: dict[str, Any] = {"name": f"plain-{i}", "annotations": {VRAM: "7Gi"}}
+        core.create_namespaced_pod(namespace, {"metadata": meta, "spec": spec})
+    assert admissions() == before, "a pod without a VRAM request was sent to the webhook"
+
+    asking = {
+        "limits": {"containers": [container({"limits": {VRAM: "7Gi"}})]},
+        "requests only": {"containers": [container({"requests": {VRAM: "7Gi"}})]},
+        "an init container": {
+            "initContainers": [container({"limits": {VRAM: "7Gi"}})],
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
+        "the second container": {"containers": [{"name": "a", "image": "x"}, container({"limits": {VRAM: "7Gi"}})]},
+    }
+    for i, (what, spec) in enumerate(asking.items()):
+        sent = admissions()
+        pod = core.create_namespaced_pod(namespace, {"metadata": {"name": f"asks-{i}"}, "spec": spec})
+        assert admissions() == sent + 1, what
+        assert CHOICE_ANNOTATION in (pod.metadata.annotations or {}), what

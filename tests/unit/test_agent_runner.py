@@ -150,6 +150,11 @@ def test_publisher_retries_transient_errors_only(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(PublishError, match="needs `patch` on nodes"):
         Publisher(forbidden, "n").publish(inv)  # type: ignore[arg-type]
     assert len(forbidden.errors) == 1  # not retried
+    body = json.dumps({"message": "ValidatingAdmissionPolicy 'x' denied request: may only change its own node"})
+    refused = FakeCore([ApiException(status=422, reason="Unprocessable Entity", body=body) for _ in range(2)])
+    with pytest.raises(PublishError, match=r"node-restriction policy refused the write .*may only change its own node"):
+        Publisher(refused, "n").publish(inv)  # type: ignore[arg-type]
+    assert len(refused.errors) == 1
 
 
 def test_cli_probe_prints_inventory_and_touches_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -104,3 +104,9 @@ namespace defaults filled in where the values leave them unset. Values always wi
 {{- define "migctl.securityContext" -}}
 {{- toYaml .Values.securityContext -}}
 {{- end -}}
+
+{{/* CEL for a ValidatingAdmissionPolicy: the field (a path below object, e.g. "status.phase") is as it was, absent
+included. Call with the path string. */}}
+{{- define "migctl.unchanged" -}}
+(has(object.{{ . }}) ? (has(oldObject.{{ . }}) && object.{{ . }} == oldObject.{{ . }}) : !has(oldObject.{{ . }}))
+{{- end -}}
