@@ -73,7 +73,9 @@ NAMES = [
 
 @pytest.mark.parametrize("name", NAMES)
 def test_name_grammar_is_mig_parted_v0_10_0s(mig_parted: MigPartedCheck, name: str) -> None:
-    text = f'version: v1\nmig-configs:\n  x:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {{"{name}": 1}}\n'
+    text = (
+        f'version: v1\nmig-configs:\n  x:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {{"{name}": 1}}\n'
+    )
     code, output = mig_parted.run(text, "x")
     assert (code == 0) == (name_problem(name, V0_10) is None), output
     assert (code == 0) == ("x" in parse(text, "t", V0_10).mig_configs)

@@ -177,6 +177,7 @@ def test_operator_directory_adds_and_replaces_models(tmp_path: Path) -> None:
     clone = yaml.safe_load((default_profiles_dir() / "h200-141gb.yaml").read_text())
     clone["model"]["id"] = "h200-custom"
     clone["model"]["nvml_names"] = ["NVIDIA H200 Custom"]
+    clone["model"].pop("pci_ids_by_product")  # it names the products replaced above
     (extra / "custom.yaml").write_text(yaml.safe_dump(clone))
     cat = load_catalog([extra])
     assert cat.model("h100-80gb").profile("3g.40gb").memory_mib == 40448
