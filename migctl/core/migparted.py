@@ -83,9 +83,8 @@ def _go_counts(v: Any) -> Any:
 
 
 def _go_filter(v: Any) -> Any:
-    """A null filter string is "" (matches all); a null list element is "" too (matches nothing)."""
-    if v is None:
-        return ""
+    """A null filter is no filter (Go reads it as "", which matches all); a null list element is "" (matches
+    nothing)."""
     return ["" if x is None else x for x in v] if isinstance(v, list) else v
 
 

@@ -149,3 +149,12 @@ def test_parsed_configs_are_cached_by_text_and_errors_are_not() -> None:
     for _ in range(2):  # a failed parse raises every time, with its source named
         with pytest.raises(InputError, match="broken YAML"):
             parse(broken, "cm")
+
+
+def test_rendering_writes_no_filter_when_none_is_given() -> None:
+    """An unchanged rendering keeps existing ConfigMaps byte-identical (no rewrite after an upgrade)."""
+    text = render({"x": {0: GpuConfig.mig({"1g.10gb": 2}), 1: GpuConfig.disabled()}}).to_yaml()
+    assert text == (
+        "version: v1\nmig-configs:\n  x:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {1g.10gb: 2}\n"
+        "  - devices: [1]\n    mig-enabled: false\n"
+    )
