@@ -23,6 +23,7 @@ from migctl.controller.guards import TARGET
 from migctl.controller.kubeapi import KubeApi, Obj
 from migctl.core.migparted import (
     CONFIG_PREFIX,
+    ConfigEntry,
     MigPartedConfig,
     NodeConfig,
     entries_for,
@@ -36,6 +37,7 @@ from migctl.errors import InputError
 
 log = logging.getLogger(__name__)
 MIG_CONFIG = "nvidia.com/mig.config"
+ALL_DISABLED = "all-disabled"
 
 
 def referenced_configs(nodes: Iterable[Obj]) -> set[str]:
@@ -101,6 +103,15 @@ class ConfigMapWriter:
             log.warning("%s: %s (mig-manager %s)", source, why, format_version(version))
         return config
 
+    def _seed(self) -> MigPartedConfig:
+        """What a new ConfigMap starts with: the operator's readable configs, and always `all-disabled` (the
+        operator's default label; mig-parted also rejects a file with no config at all)."""
+        base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
+        base = self._parse(base_cm, "seed " + self.operator.configmap_name)
+        configs = dict(base.mig_configs) if base else {}
+        configs.setdefault(ALL_DISABLED, [ConfigEntry(devices="all", mig_enabled=False)])
+        return MigPartedConfig(version="v1", mig_configs=configs)
+
     def _check_writable(self, config: str, layout: NodeConfig) -> None:
         version = self.operator.mig_parted_version
         for index, gpu in sorted(layout.items()):
@@ -118,10 +129,8 @@ class ConfigMapWriter:
         it wrote. Called when a replica becomes leader, before any node is labelled with a migctl config."""
         if self.kube.read_configmap(self.namespace, self.name) is not None:
             return False
-        base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
-        base = self._parse(base_cm, "seed " + self.operator.configmap_name)
         try:
-            self.kube.create_configmap(self.namespace, self._body(render({}, base)))
+            self.kube.create_configmap(self.namespace, self._body(render({}, self._seed())))
         except ConflictError:
             return False
         log.info("created ConfigMap %s/%s (seeded from %s)", self.namespace, self.name, self.operator.configmap_name)
@@ -147,9 +156,7 @@ class ConfigMapWriter:
             cm = self.kube.read_configmap(self.namespace, self.name)
             keep = self.referenced() | {config}
             if cm is None:
-                base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
-                base = self._parse(base_cm, "seed " + self.operator.configmap_name)
-                body = self._body(render({config: layout}, base))
+                body = self._body(render({config: layout}, self._seed()))
                 try:
                     self.kube.create_configmap(self.namespace, body)
                 except ConflictError:

@@ -299,3 +299,14 @@ def test_a_node_of_each_new_model_is_planned(model: str, full: str, ask: str) ->
     assert got == {"ns/p": ("n1", ask), "ns/q": ("n1", ask)}
     (gpu,) = result["nodes"][0]["gpus"]  # type: ignore[index]
     assert gpu["target"][ask] >= 2
+
+
+def test_without_a_seed_the_configmap_still_holds_all_disabled() -> None:
+    """mig-parted rejects a file without configs, and `all-disabled` is the operator's default label: found by
+    the cluster tier's nvidia-mig-parted audit (the ConfigMap was created with `mig-configs: {}`)."""
+    kube = FakeKube({})
+    writer = ConfigMapWriter(kube, "migctl", "cm", GpuOperatorSettings(), set)  # type: ignore[arg-type]
+    writer.ensure_exists()
+    written = parse(kube.objects[("migctl", "cm")]["data"]["config.yaml"], "written")
+    assert set(written.mig_configs) == {"all-disabled"}
+    assert written.mig_configs["all-disabled"][0].devices == "all"
