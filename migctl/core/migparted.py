@@ -35,7 +35,7 @@ from pydantic import (
 
 from migctl.core.geometry import CanonicalLayout, canonical, describe
 from migctl.core.migparted_rules import NEWEST, DeviceId, Version, filters_match, name_problem, parse_pci_id
-from migctl.errors import InputError, Problem, from_validation_error, loc_to_path
+from migctl.errors import InputError, Problem, from_validation_error
 
 # libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -233,18 +233,6 @@ def _parse(text: str, source: str, version: Version) -> MigPartedConfig:
         else:
             configs[name] = read
     return MigPartedConfig(version="v1", mig_configs=configs, skipped=tuple(skipped))
-
-
-def name_problems(config: MigPartedConfig, version: Version) -> list[Problem]:
-    """Profile names in `config` that mig-parted `version` cannot read (it would reject the whole file)."""
-    out = []
-    for name, entries in config.mig_configs.items():
-        for i, e in enumerate(entries):
-            for key in e.mig_devices or {}:
-                problem = name_problem(key, version)
-                if problem:
-                    out.append(Problem(loc_to_path([name, i, "mig-devices", key], "mig-configs"), problem))
-    return out
 
 
 def without_unreadable(config: MigPartedConfig, version: Version) -> MigPartedConfig:
