@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Build the test-only control plane (kube-apiserver, kube-scheduler, etcd, kwok, helm) from Go modules,
 # only when missing, into a cache directory keyed by the pinned versions. Prints that directory on stdout.
+# NVIDIA's nvidia-mig-parted (the external check of every config migctl writes) is built too, into its own
+# cache directory keyed by its version, so adding or bumping it never rebuilds the control plane.
 #
-#   hack/testbin.sh            build what is missing, print the bin dir
-#   hack/testbin.sh --path     print the bin dir, build nothing (exit 1 when incomplete)
+#   hack/testbin.sh              build what is missing, print the bin dir
+#   hack/testbin.sh --path       print the bin dir, build nothing (exit 1 when incomplete)
+#   hack/testbin.sh --mig-parted print the nvidia-mig-parted binary, build nothing (exit 1 when missing)
 #
 # The wrapper modules in hack/testbin/*/ carry the full `replace` block k8s.io/kubernetes needs
 # (docs/testing.md explains why). Binaries never enter the repository.
@@ -20,6 +23,7 @@ tools=(kube-apiserver kube-scheduler etcd kwok helm)
 # kwok (unlike kwokctl) has no built-in stages: it needs the Stage objects from its own module's
 # kustomize/stage/ tree as config. We copy the version-matched "fast" node/pod stages plus heartbeat.
 stages=kwok-stages.yaml
+mig_parted="$cache_root/mig-parted-${MIG_PARTED_VERSION}/nvidia-mig-parted"
 
 complete() {
   local t
@@ -33,7 +37,13 @@ if [[ "${1:-}" == "--path" ]]; then
   exit 0
 fi
 
-if complete; then
+if [[ "${1:-}" == "--mig-parted" ]]; then
+  [[ -x "$mig_parted" ]] || exit 1
+  echo "$mig_parted"
+  exit 0
+fi
+
+if complete && [[ -x "$mig_parted" ]]; then
   echo "$bin"
   exit 0
 fi
@@ -78,6 +88,20 @@ if [[ ! -s "$bin/$stages" ]]; then
   } >"$bin/$stages.tmp"
   mv "$bin/$stages.tmp" "$bin/$stages"
   log "wrote $stages from $kwok_dir"
+fi
+
+# mig-parted links go-nvml, which needs cgo (it dlopens libnvidia-ml only when NVML is used; `assert
+# --valid-config` never does). `go install ...@version` cannot be used: it asks the proxy for the module's
+# version list, which the proxy refuses for this module; the pinned wrapper module asks only for the version.
+if [[ ! -x "$mig_parted" ]]; then
+  command -v "${CC:-gcc}" >/dev/null || { log "nvidia-mig-parted needs a C compiler (cgo); none found"; exit 3; }
+  mkdir -p "$(dirname "$mig_parted")"
+  log "building nvidia-mig-parted v${MIG_PARTED_VERSION}"
+  start=$SECONDS
+  (cd "$here/testbin/mig-parted" && CGO_ENABLED=1 go build -o "$mig_parted.tmp" -ldflags "-s -w" \
+    github.com/NVIDIA/mig-parted/cmd/nvidia-mig-parted)
+  mv "$mig_parted.tmp" "$mig_parted"
+  log "built nvidia-mig-parted in $((SECONDS - start))s"
 fi
 
 complete

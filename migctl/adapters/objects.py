@@ -23,8 +23,9 @@ from migctl.core.catalog import Catalog, GpuModel
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Requirement, Resources, Snapshot, Taint, Term, Toleration
 from migctl.core.demand import effective_requests
 from migctl.core.inventory import INVENTORY_ANNOTATION, Inventory, parse_inventory
-from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve
+from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
 from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
+from migctl.core.node_ids import gpu_ids, model_by_pci
 from migctl.core.quantity import MIB, parse_quantity
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.core.vram_fit import GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler before binding
@@ -269,7 +270,10 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
     )
     inventory = _inventory(annotations, name, ctx)
     product = labels.get(GFD_PRODUCT, "") or (inventory.gpus[0].name if inventory and inventory.gpus else "")
-    model = ctx.catalog.match_product(product) if product else None
+    total = labels.get(GFD_MEMORY, "")
+    model = ctx.catalog.match_product(product, int(total) if total.isdigit() else None) if product else None
+    if model is None:
+        model = model_by_pci(ctx.catalog, inventory)
     card = ctx.catalog.match_card(product) if product and model is None else None
     has_gpu_resources = any(k.startswith("nvidia.com/mig-") or k == WHOLE_GPU_RESOURCE for k in extended)
     if product and model is None and card is None:
@@ -324,13 +328,13 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
             if raw:
                 configs = _layout_from_annotation(str(raw), count)
             elif config_label and ctx.mig_parted is not None:
-                pcis: list[str | None] = [*model.pci_device_ids] or [None]
-                for pci in pcis:
-                    configs = resolve(
-                        ctx.mig_parted, config_label, [(i, pci) for i in range(count)], ctx.mig_parted_source
-                    )
-                    if configs:
-                        break
+                configs = resolve_candidates(  # by each GPU's own PCI id, as mig-parted matches it
+                    ctx.mig_parted,
+                    config_label,
+                    gpu_ids(model, product, inventory, count),
+                    ctx.mig_parted_source,
+                    ctx.operator.mig_parted_version,
+                )
         except (InputError, ValueError, TypeError, AttributeError) as e:
             ctx.warnings.append(f"{where}: current layout unreadable: {e}")
             configs = {}
@@ -502,6 +506,7 @@ def snapshot_from_objects(
 ) -> Snapshot:
     settings = settings or PlannerSettings()
     operator = operator or GpuOperatorSettings()
+    catalog = catalog.readable_by(operator.mig_parted_version)  # never plan a name mig-manager cannot parse
     objs = _sort(objects, source)
     warnings: list[str] = []
     rejected: list[tuple[str, str]] = []
@@ -531,7 +536,8 @@ def snapshot_from_objects(
                 warnings.append(f"{mp_source}: key missing; current layouts come only from node annotations")
                 continue
             try:
-                mig_parted = parse(str(text), mp_source)
+                mig_parted = parse(str(text), mp_source, operator.mig_parted_version)
+                warnings.extend(f"{mp_source}: {why}" for why in mig_parted.skipped)
             except InputError as e:
                 warnings.append(f"{e}; current layouts come only from node annotations")
     by_node: dict[str, list[Pod]] = {}

@@ -172,8 +172,20 @@ class NvmlReader:
             mig_pending=pending,
             busy=busy,
             instances=tuple(sorted(instances, key=lambda d: (d.start, d.gi))),
+            **self._pci(h),
         )
         return gpu, {name: mib for name, mib in by_id.values()}
+
+    def _pci(self, handle: Any) -> dict[str, str]:
+        """The GPU's PCI device and subsystem ids, which mig-parted's device filters match (empty if unknown)."""
+        lib = self.lib
+        info = self._optional(lib.nvmlDeviceGetPciInfo, handle)
+        if info is None:
+            return {}
+        return {
+            "pci_device_id": f"0x{int(info.pciDeviceId) & 0xFFFFFFFF:08X}",
+            "pci_subsystem_id": f"0x{int(info.pciSubSystemId) & 0xFFFFFFFF:08X}",
+        }
 
     def _busy(self, handle: Any) -> bool | None:
         """Whether any compute or graphics process runs on a GPU or MIG device; None when NVML cannot say."""

@@ -6,6 +6,10 @@ ConfigMap (`gpu_operator.configmap_name`), so labels such as `all-balanced` keep
 `config_name(layout)` (deterministic: the same layout always has the same name). Stale `migctl-*` configs are
 dropped when no node's label, target or rollback annotation names them any more; other configs are never
 removed. Every write is a compare-and-swap on resourceVersion; a 409 means re-read and merge again.
+
+mig-parted rejects a whole file when one config in it is unreadable, so nothing unreadable is ever written: a
+config of the seed (or of migctl's own ConfigMap) that the configured mig-manager release cannot read is left
+out with a warning naming it, and the rest is kept; a layout holding such a name is refused before writing.
 """
 
 from __future__ import annotations
@@ -17,12 +21,23 @@ from collections.abc import Callable, Iterable
 from migctl.controller.errors import ConflictError
 from migctl.controller.guards import TARGET
 from migctl.controller.kubeapi import KubeApi, Obj
-from migctl.core.migparted import CONFIG_PREFIX, MigPartedConfig, NodeConfig, entries_for, parse, render
+from migctl.core.migparted import (
+    CONFIG_PREFIX,
+    ConfigEntry,
+    MigPartedConfig,
+    NodeConfig,
+    entries_for,
+    parse,
+    render,
+    without_unreadable,
+)
+from migctl.core.migparted_rules import format_version, name_problem
 from migctl.core.settings import GpuOperatorSettings
 from migctl.errors import InputError
 
 log = logging.getLogger(__name__)
 MIG_CONFIG = "nvidia.com/mig.config"
+ALL_DISABLED = "all-disabled"
 
 
 def referenced_configs(nodes: Iterable[Obj]) -> set[str]:
@@ -49,7 +64,7 @@ def merged(current: MigPartedConfig | None, name: str, layout: NodeConfig, keep:
         wanted = entries_for(layout)
         existing = current.mig_configs.get(name)
         stale = {n for n in current.mig_configs if n.startswith(CONFIG_PREFIX) and n not in keep and n != name}
-        if existing == wanted and not stale:
+        if existing == wanted and not stale and not current.skipped:
             return None
         base = MigPartedConfig(
             version="v1", mig_configs={n: e for n, e in current.mig_configs.items() if n not in stale}
@@ -74,24 +89,48 @@ class ConfigMapWriter:
         self.referenced = referenced
 
     def _parse(self, cm: Obj | None, source: str) -> MigPartedConfig | None:
+        """The configs of a ConfigMap that the configured mig-manager can read; each one left out is logged."""
         text = ((cm or {}).get("data") or {}).get(self.key)
         if not text:
             return None
+        version = self.operator.mig_parted_version
         try:
-            return parse(str(text), source)
+            config = without_unreadable(parse(str(text), source, version), version)
         except InputError as e:
             log.warning("ignoring unreadable %s: %s", source, e)
             return None
+        for why in config.skipped:
+            log.warning("%s: %s (mig-manager %s)", source, why, format_version(version))
+        return config
+
+    def _seed(self) -> MigPartedConfig:
+        """What a new ConfigMap starts with: the operator's readable configs, and always `all-disabled` (the
+        operator's default label; mig-parted also rejects a file with no config at all)."""
+        base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
+        base = self._parse(base_cm, "seed " + self.operator.configmap_name)
+        configs = dict(base.mig_configs) if base else {}
+        configs.setdefault(ALL_DISABLED, [ConfigEntry(devices="all", mig_enabled=False)])
+        return MigPartedConfig(version="v1", mig_configs=configs)
+
+    def _check_writable(self, config: str, layout: NodeConfig) -> None:
+        version = self.operator.mig_parted_version
+        for index, gpu in sorted(layout.items()):
+            for profile, _ in gpu.layout:
+                problem = name_problem(profile, version)
+                if problem:
+                    raise InputError(
+                        f"config {config}",
+                        f"GPU {index}: {problem}; refusing to write a config mig-manager "
+                        f"{format_version(version)} cannot read (gpu_operator.mig_manager_version)",
+                    )
 
     def ensure_exists(self) -> bool:
         """Create the ConfigMap (seeded from the operator's) if missing, so mig-manager can mount it; True if
         it wrote. Called when a replica becomes leader, before any node is labelled with a migctl config."""
         if self.kube.read_configmap(self.namespace, self.name) is not None:
             return False
-        base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
-        base = self._parse(base_cm, "seed " + self.operator.configmap_name)
         try:
-            self.kube.create_configmap(self.namespace, self._body(render({}, base)))
+            self.kube.create_configmap(self.namespace, self._body(render({}, self._seed())))
         except ConflictError:
             return False
         log.info("created ConfigMap %s/%s (seeded from %s)", self.namespace, self.name, self.operator.configmap_name)
@@ -112,13 +151,12 @@ class ConfigMapWriter:
     def ensure(self, config: str, layout: NodeConfig) -> bool:
         """Make sure `config` is in the ConfigMap with exactly `layout`; True if it wrote."""
         source = f"ConfigMap {self.namespace}/{self.name}[{self.key}]"
+        self._check_writable(config, layout)
         for _ in range(10):
             cm = self.kube.read_configmap(self.namespace, self.name)
             keep = self.referenced() | {config}
             if cm is None:
-                base_cm = self.kube.read_configmap(self.operator.configmap_namespace, self.operator.configmap_name)
-                base = self._parse(base_cm, "seed " + self.operator.configmap_name)
-                body = self._body(render({config: layout}, base))
+                body = self._body(render({config: layout}, self._seed()))
                 try:
                     self.kube.create_configmap(self.namespace, body)
                 except ConflictError:

@@ -22,6 +22,7 @@ INVENTORY_VERSION = "v1"
 
 NonNegative = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(gt=0)]
+PciId = Annotated[str, Field(pattern=r"^0x[0-9A-F]{8}$")]
 
 
 class _Strict(BaseModel):
@@ -53,6 +54,10 @@ class GpuInfo(_Strict):
     mig_pending: bool = Field(description="MIG mode after the next GPU reset")
     busy: bool | None = Field(description="a process runs on the GPU (any of its MIG devices); None when unknown")
     instances: tuple[MigDevice, ...] = ()
+    pci_device_id: PciId | None = Field(
+        None, description="NVML pciDeviceId as mig-parted's device-filter writes it (0xDDDDVVVV); None: not read"
+    )
+    pci_subsystem_id: PciId | None = Field(None, description="NVML pciSubSystemId (0xSSSSVVVV); None: not read")
 
     @model_validator(mode="after")
     def _consistent(self) -> GpuInfo:

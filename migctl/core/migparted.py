@@ -1,9 +1,15 @@
-"""mig-parted configuration files: render per-GPU layouts, and parse what the GPU Operator ships.
+"""mig-parted configuration files: render per-GPU layouts, and read what the GPU Operator ships as mig-parted does.
 
 Format (NVIDIA/mig-parted api/spec/v1): `version: v1` and `mig-configs`, a map from a config name to a list of
 entries. Each entry selects GPUs by `devices` (`all` or indices) and an optional `device-filter` (PCI ids such
 as `0x233010DE`), and sets `mig-enabled` and `mig-devices` (profile -> count). mig-parted applies every matching
 entry in order, so for one GPU the last matching entry wins; GPUs matched by no entry are left untouched.
+
+Reading follows mig-parted's Go decoder (YAML turned into JSON, then `encoding/json`): `mig-enabled` must be a
+bool, counts and device indices integers (`2.0` passes, as it does there; `'2'` does not), `devices` `all` or a
+list, names in mig-parted's grammar for the configured release (`migparted_rules`). Where mig-parted rejects the
+whole file, migctl drops only the config at fault and says which (`MigPartedConfig.skipped`): one unreadable
+config costs only the nodes labelled with it, and is never copied into a file mig-manager reads.
 """
 
 from __future__ import annotations
@@ -16,11 +22,20 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from migctl.core.geometry import CanonicalLayout, canonical, describe
-from migctl.core.naming import parse_profile_name
-from migctl.errors import InputError, from_validation_error
+from migctl.core.migparted_rules import NEWEST, DeviceId, Version, filters_match, name_problem, parse_pci_id
+from migctl.errors import InputError, Problem, from_validation_error
 
 # libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -50,21 +65,58 @@ class GpuConfig:
 NodeConfig = Mapping[int, GpuConfig]
 
 
+def _go_int(v: Any) -> Any:
+    """encoding/json into an int: JSON null leaves 0; a YAML float with no fraction arrives as an integer."""
+    if v is None:
+        return 0
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _go_ints(v: Any) -> Any:
+    return [_go_int(x) for x in v] if isinstance(v, list) else v
+
+
+def _go_counts(v: Any) -> Any:
+    return {(k if isinstance(k, str) else _yaml_key(k)): _go_int(c) for k, c in v.items()} if isinstance(v, dict) else v
+
+
+def _go_filter(v: Any) -> Any:
+    """A null filter is no filter (Go reads it as "", which matches all); a null list element is "" (matches
+    nothing)."""
+    return ["" if x is None else x for x in v] if isinstance(v, list) else v
+
+
+def _go_bool(v: Any) -> Any:
+    return False if v is None else v
+
+
+Int64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+
+
 class ConfigEntry(BaseModel):
-    """One entry of a named mig-parted config (field names as mig-parted spells them)."""
+    """One entry of a named mig-parted config (field names as mig-parted spells them, types as strict)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
 
-    device_filter: str | list[str] | None = Field(default=None, alias="device-filter")
-    devices: Literal["all"] | list[Annotated[int, Field(ge=0)]]
-    mig_enabled: bool = Field(alias="mig-enabled")
-    mig_devices: dict[str, Annotated[int, Field(ge=0)]] | None = Field(default=None, alias="mig-devices")
+    device_filter: Annotated[str | list[str] | None, BeforeValidator(_go_filter)] = Field(
+        default=None, alias="device-filter"
+    )
+    devices: Annotated[Literal["all"] | list[Int64], BeforeValidator(_go_ints)]
+    mig_enabled: Annotated[bool, BeforeValidator(_go_bool)] = Field(alias="mig-enabled")
+    mig_devices: Annotated[dict[str, Annotated[int, Field(ge=0, lt=2**63)]] | None, BeforeValidator(_go_counts)] = (
+        Field(default=None, alias="mig-devices")
+    )
 
     @field_validator("mig_devices")
     @classmethod
-    def _profile_keys(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+    def _profile_keys(cls, v: dict[str, int] | None, info: ValidationInfo) -> dict[str, int] | None:
+        version: Version = (info.context or {}).get("version", NEWEST)
         for key in v or {}:
-            parse_profile_name(key)  # ValueError names the key and the expected form
+            problem = name_problem(key, version)
+            if problem:
+                raise ValueError(problem)
         if v and all(c == 0 for c in v.values()):
             raise ValueError("all counts for all MIG profiles are 0")
         return v
@@ -78,42 +130,51 @@ class ConfigEntry(BaseModel):
         return self
 
     def filters(self) -> tuple[str, ...]:
+        """The filter strings as mig-parted holds them: `()` when absent or "" (both match every GPU)."""
         f = self.device_filter
-        if f is None:
+        if f is None or f == "":
             return ()
-        return tuple(x.upper().replace("0X", "0x") for x in ([f] if isinstance(f, str) else f))
+        return (f,) if isinstance(f, str) else tuple(f)
 
-    def matches(self, index: int, pci_id: str | None) -> bool:
+    def matches(self, index: int, device: DeviceId | str | None, version: Version = NEWEST) -> bool | None:
+        """Whether this entry applies to GPU `index` with PCI id `device`; None when that cannot be told
+        (a filter and no id, or a subsystem-qualified filter and no subsystem id)."""
         if self.devices != "all" and index not in self.devices:
             return False
         filters = self.filters()
         if not filters:
             return True
-        if pci_id is None:
-            return False
-        wanted = pci_id.upper().replace("0X", "0x")
-        return any(f.split(":")[0] == wanted for f in filters)
+        if device is None:
+            return None
+        return filters_match(filters, parse_pci_id(device) if isinstance(device, str) else device, version)
 
 
 class MigPartedConfig(BaseModel):
-    """A whole mig-parted config file."""
+    """A whole mig-parted config file; `skipped` names each config dropped on reading, and why."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     version: Literal["v1"]
     mig_configs: dict[str, Annotated[list[ConfigEntry], Field(min_length=1)]] = Field(alias="mig-configs")
+    skipped: tuple[str, ...] = ()
 
     def to_yaml(self) -> str:
         return dump_yaml(self)
 
+    def profile_names(self) -> set[str]:
+        return {k for entries in self.mig_configs.values() for e in entries for k in (e.mig_devices or {})}
 
-def parse(text: str, source: str) -> MigPartedConfig:
-    """Parse a mig-parted config; errors name the source, the config name and the field.
+
+def parse(text: str, source: str, version: Version = NEWEST) -> MigPartedConfig:
+    """Parse a mig-parted config as mig-parted `version` reads it; errors name the source, config and field.
+
+    A problem with the file as a whole (YAML, `version`, the shape of `mig-configs`) is an InputError; a problem
+    inside one named config drops that config only, listed in `skipped`.
 
     Results are cached by text: the controller reads the same ConfigMap every cycle, and a config with a
     thousand named layouts takes most of a second to load (PyYAML builds its Python objects one by one). The
     model is frozen and nothing mutates its dicts, so sharing it is safe; errors are not cached."""
-    return _parse(text, source)
+    return _parse(text, source, version)
 
 
 def forget_parsed() -> None:
@@ -121,37 +182,132 @@ def forget_parsed() -> None:
     _parse.cache_clear()
 
 
+def _yaml_key(key: object) -> str:
+    """sigs.k8s.io/yaml turns non-string map keys into strings (`true`, `1`)."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
 @lru_cache(maxsize=8)
-def _parse(text: str, source: str) -> MigPartedConfig:
+def _parse(text: str, source: str, version: Version) -> MigPartedConfig:
     try:
         data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as e:
         raise InputError(source, f"broken YAML: {e}; expected a mig-parted config (version: v1)") from e
     if not isinstance(data, dict):
         raise InputError(source, "expected a mapping with `version: v1` and `mig-configs`")
-    try:
-        return MigPartedConfig.model_validate(data)
-    except ValidationError as e:
-        raise from_validation_error(source, e) from e
+    if "version" not in data:
+        raise InputError(source, [Problem("version", "required field is missing (expected v1)")])
+    if data["version"] != "v1":
+        raise InputError(source, [Problem("version", f"unknown version {data['version']!r}; expected 'v1'")])
+    unexpected = [str(k) for k in data if k not in ("version", "mig-configs")]
+    if unexpected:
+        raise InputError(
+            source, [Problem(k, "unexpected field (expected only version and mig-configs)") for k in unexpected]
+        )
+    raw = data.get("mig-configs")
+    if "mig-configs" in data and not isinstance(raw, dict):
+        raise InputError(source, [Problem("mig-configs", "expected a map from config name to a list of entries")])
+    if "mig-configs" in data and not raw:
+        raise InputError(source, [Problem("mig-configs", "at least one config is required")])
+    configs: dict[str, list[ConfigEntry]] = {}
+    skipped: list[str] = []
+    for key, entries in (raw or {}).items():
+        name = _yaml_key(key)
+        where = f"mig-configs.{name}"
+        if not isinstance(entries, list) or not entries:
+            skipped.append(f"{where}: expected a non-empty list of entries; config skipped")
+            continue
+        read, problems = [], []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                problems.append(f"{where}[{i}]: expected a map of fields, got {type(entry).__name__}")
+                continue
+            try:
+                read.append(ConfigEntry.model_validate(entry, context={"version": version}))
+            except ValidationError as e:
+                problems.extend(str(p) for p in from_validation_error(source, e, prefix=f"{where}[{i}]").problems)
+        if problems:
+            skipped.append("; ".join(problems) + "; config skipped")
+        else:
+            configs[name] = read
+    return MigPartedConfig(version="v1", mig_configs=configs, skipped=tuple(skipped))
+
+
+def without_unreadable(config: MigPartedConfig, version: Version) -> MigPartedConfig:
+    """`config` less every config holding a name mig-parted `version` cannot read (listed in `skipped`)."""
+    bad: dict[str, str] = {}
+    for name, entries in config.mig_configs.items():
+        for e in entries:
+            for key in e.mig_devices or {}:
+                problem = name_problem(key, version)
+                if problem and name not in bad:
+                    bad[name] = f"mig-configs.{name}: {problem}; config skipped"
+    if not bad:
+        return config
+    kept = {n: e for n, e in config.mig_configs.items() if n not in bad}
+    return MigPartedConfig(version="v1", mig_configs=kept, skipped=(*config.skipped, *bad.values()))
+
+
+GpuIds = Sequence[DeviceId | str | None]
 
 
 def resolve(
-    config: MigPartedConfig, name: str, gpus: Sequence[tuple[int, str | None]], source: str = "mig-parted config"
+    config: MigPartedConfig,
+    name: str,
+    gpus: Sequence[tuple[int, DeviceId | str | None]],
+    source: str = "mig-parted config",
+    version: Version = NEWEST,
 ) -> dict[int, GpuConfig]:
-    """Per-GPU configs that the named config gives the listed `(index, pci_id)` GPUs (untouched GPUs omitted)."""
+    """Per-GPU configs that the named config gives the listed `(index, pci_id)` GPUs.
+
+    GPUs no entry touches are omitted, and so are GPUs for which an entry's match cannot be told (a filter and
+    an unknown id): in both cases the caller does not know the GPU's layout from this config."""
+    return resolve_candidates(config, name, [(i, [pci]) for i, pci in gpus], source, version)
+
+
+def resolve_candidates(
+    config: MigPartedConfig,
+    name: str,
+    gpus: Sequence[tuple[int, GpuIds]],
+    source: str = "mig-parted config",
+    version: Version = NEWEST,
+) -> dict[int, GpuConfig]:
+    """As `resolve`, for GPUs whose own PCI id is one of several candidates: a GPU gets a config only when every
+    candidate id gives it the same one (so the answer does not depend on which id the GPU really has)."""
     entries = config.mig_configs.get(name)
     if entries is None:
+        skipped = next(
+            (s for s in config.skipped if s.startswith(f"mig-configs.{name}:") or s.startswith(f"mig-configs.{name}[")),
+            None,
+        )
+        if skipped:
+            raise InputError(source, skipped.replace("; config skipped", "; the config is unreadable"))
         known = ", ".join(sorted(config.mig_configs)) or "none"
         raise InputError(source, f"mig-configs.{name}: no such config (known: {known})")
     out: dict[int, GpuConfig] = {}
-    for index, pci in gpus:
-        for entry in entries:
-            if entry.matches(index, pci):
-                if entry.mig_enabled:
-                    out[index] = GpuConfig.mig(entry.mig_devices or {})
-                else:
-                    out[index] = GpuConfig.disabled()
+    for index, candidates in gpus:
+        results = {_apply(entries, index, pci, version) for pci in candidates or [None]}
+        if len(results) == 1:
+            (result,) = results
+            if isinstance(result, GpuConfig):
+                out[index] = result
     return out
+
+
+def _apply(
+    entries: Sequence[ConfigEntry], index: int, pci: DeviceId | str | None, version: Version
+) -> GpuConfig | str | None:
+    """What the entries give one GPU: a config, None (untouched) or "unknown"."""
+    got: GpuConfig | None = None
+    for entry in entries:
+        hit = entry.matches(index, pci, version)
+        if hit is None:
+            return "unknown"
+        if hit:
+            got = GpuConfig.mig(entry.mig_devices or {}) if entry.mig_enabled else GpuConfig.disabled()
+    return got
 
 
 def _grouped(node: NodeConfig) -> list[tuple[list[int], GpuConfig]]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from migctl.core.migparted_rules import NEWEST, Version, format_version, parse_version
 
 
 class PlannerSettings(BaseModel):
@@ -42,3 +44,23 @@ class GpuOperatorSettings(BaseModel):
         "config.yaml", description="Key holding the mig-parted config (mig-manager requires it)."
     )
     layout_annotation: str = Field("migctl.io/layout", description="migctl's record of a node's per-GPU layout.")
+    mig_manager_version: str = Field(
+        format_version(NEWEST),
+        description=(
+            "Release of the GPU Operator's mig-manager (its image tag, e.g. v0.12.2). migctl reads configs by that "
+            "release's rules and never writes a profile name it cannot parse: up to v0.12.2 (GPU Operator "
+            "v25.3.2 and older) that excludes the `+me.all` and `-me` profiles (docs/install.md). Releases newer "
+            "than v0.15.0 are read by v0.15.0's rules."
+        ),
+    )
+
+    @field_validator("mig_manager_version")
+    @classmethod
+    def _known_version(cls, v: str) -> str:
+        return format_version(parse_version(v))  # ValueError: "... is not a release version like v0.15.0"
+
+    @property
+    def mig_parted_version(self) -> Version:
+        """The rules to read and write by (mig-manager and mig-parted share releases): a release newer than
+        the newest migctl knows is read by the newest known rules."""
+        return min(parse_version(self.mig_manager_version), NEWEST)

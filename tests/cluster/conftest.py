@@ -8,14 +8,17 @@ which case they fail.
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from .controlplane import ControlPlane, ControlPlaneError, find_bin_dir
+from .mig_parted_check import MigPartedCheck, Verdict, find_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _bin: list[tuple[Path | None, str]] = []  # memo of find_bin_dir: it runs a script
@@ -128,3 +131,120 @@ def pytest_runtest_makereport(
     if _running and report.failed and item.get_closest_marker("cluster"):
         report.sections.append(("control-plane logs", _running[0].log_tails(25)))
     return report
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NVIDIA's check of every ConfigMap migctl writes (tests/cluster/mig_parted_check.py says what is skipped)
+
+
+class MigPartedAudit:
+    """Watches every ConfigMap labelled `app.kubernetes.io/managed-by=migctl`, in every namespace, and runs
+    `nvidia-mig-parted assert --valid-config` on each version of it; a cluster test fails if one was broken."""
+
+    SELECTOR = "app.kubernetes.io/managed-by=migctl"
+
+    def __init__(self, cp: ControlPlane, check: MigPartedCheck) -> None:
+        self.cp, self.mig_parted = cp, check
+        self.checked: dict[
+            tuple[str, str, str], Verdict | None
+        ] = {}  # (ns, name, rv) -> verdict; None: being checked
+        self.failures: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="mig-parted-audit", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def see(self, cm: client.V1ConfigMap) -> None:
+        meta = cm.metadata
+        key = (meta.namespace, meta.name, meta.resource_version)
+        text = (cm.data or {}).get("config.yaml")
+        with self._lock:
+            if key in self.checked or text is None:
+                return
+            self.checked[key] = None
+        verdict = self.mig_parted.check(text)
+        with self._lock:
+            self.checked[key] = verdict
+            if not verdict.ok:
+                where = f"ConfigMap {meta.namespace}/{meta.name}@{meta.resource_version}"
+                self.failures.append(f"{where}: {verdict.output}")
+
+    def sync(self) -> None:
+        """Check the current version of every migctl ConfigMap (the watch may not have delivered it yet)."""
+        api = self.cp.api_client()
+        try:
+            for cm in client.CoreV1Api(api).list_config_map_for_all_namespaces(label_selector=self.SELECTOR).items:
+                self.see(cm)
+        finally:
+            api.close()
+
+    def forget(self, namespace: str, name: str) -> list[str]:
+        """Drop (and return) the failures of one ConfigMap: a test that breaks one on purpose."""
+        with self._lock:
+            mine = [f for f in self.failures if f.startswith(f"ConfigMap {namespace}/{name}@")]
+            self.failures = [f for f in self.failures if f not in mine]
+        return mine
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            api = self.cp.api_client()
+            try:
+                core = client.CoreV1Api(api)
+                for event in watch.Watch().stream(
+                    core.list_config_map_for_all_namespaces, label_selector=self.SELECTOR, timeout_seconds=5
+                ):
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self.see(event["object"])
+                    if self._stop.is_set():
+                        break
+            except Exception:  # a dropped watch is restarted; sync() catches up
+                time.sleep(0.5)
+            finally:
+                api.close()
+
+
+_audit: list[MigPartedAudit] = []
+
+
+@pytest.fixture(scope="session")
+def mig_parted(control_plane: ControlPlane) -> MigPartedCheck:
+    """The real nvidia-mig-parted (v0.10.0); required like the control plane when MIGCTL_REQUIRE_CLUSTER=1."""
+    binary, why = find_binary()
+    if binary is None:
+        if _require():
+            pytest.fail(f"MIGCTL_REQUIRE_CLUSTER=1 but nvidia-mig-parted is missing: {why}", pytrace=False)
+        pytest.skip(f"CLUSTER TIER SKIPPED: {why}")
+    return MigPartedCheck(binary)
+
+
+@pytest.fixture(scope="session")
+def mig_parted_audit(control_plane: ControlPlane, mig_parted: MigPartedCheck) -> Iterator[MigPartedAudit]:
+    audit = MigPartedAudit(control_plane, mig_parted)
+    audit.start()
+    _audit.append(audit)
+    try:
+        yield audit
+    finally:
+        audit.stop()
+
+
+@pytest.fixture(autouse=True)
+def _every_written_configmap_is_valid(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each cluster test: every version of every migctl ConfigMap passed NVIDIA's check."""
+    if request.node.get_closest_marker("cluster") is None:
+        yield
+        return
+    audit: MigPartedAudit = request.getfixturevalue("mig_parted_audit")
+    yield
+    audit.sync()
+    with audit._lock:
+        failures, audit.failures = list(audit.failures), []
+    assert not failures, "nvidia-mig-parted assert --valid-config rejected a ConfigMap migctl wrote:\n" + "\n".join(
+        failures
+    )

@@ -1,7 +1,8 @@
 """SIMULATED GPU Operator: a test-only stand-in for NVIDIA mig-manager + device plugin + GFD.
 
-Why simulated: no GPU, no NVML and no nvidia-mig-parted binary exist here (the Go module proxy answers 403 for
-github.com/NVIDIA/mig-parted), so the only part of the stack that is not real in the cluster tier is this one.
+Why simulated: no GPU and no NVML exist here, so the only part of the stack that is not real in the cluster tier is
+this one. (NVIDIA's nvidia-mig-parted v0.10.0 is built by hack/testbin.sh, and conftest's MigPartedAudit runs its
+`assert --valid-config` on every ConfigMap migctl writes; its `apply` needs GPUs, which is what this simulates.)
 Everything it talks to (kube-apiserver, kube-scheduler, kwok) is real, and it speaks the GPU Operator's real
 Kubernetes interface (facts: shared/reference/mig-data.md §3-4):
 

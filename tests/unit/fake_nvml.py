@@ -45,6 +45,7 @@ class FakeGpu:
     instances: list[FakeInstance] = field(default_factory=list)
     processes: int = 0
     lost: bool = False  # every query on it raises GPU_IS_LOST
+    pci: tuple[int, int] | None = None  # (pciDeviceId, pciSubSystemId); None: the query is not supported
 
 
 # A100-40GB profile table (nvidia-smi mig -lgip): index -> (profile id, compute slices, memory MiB).
@@ -181,6 +182,13 @@ class FakeNvml:
         self._enter("nvmlDeviceGetMemoryInfo")
         gpu = self._gpu(handle)
         return SimpleNamespace(total=gpu.total_mib * MIB, free=gpu.total_mib * MIB, used=0)
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        self._enter("nvmlDeviceGetPciInfo")
+        gpu = self._gpu(handle)
+        if gpu.pci is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(pciDeviceId=gpu.pci[0], pciSubSystemId=gpu.pci[1])
 
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
         self._enter("nvmlDeviceGetMigMode")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from migctl.errors import InputError
 REQUIRED = {
     "a30-24gb", "a100-40gb", "a100-80gb", "h100-80gb", "h100-nvl-94gb", "h200-141gb",
     "gh200-144gb", "b200-180gb", "gb200-186gb", "rtx-pro-6000-blackwell-96gb",
+    "b300-269gb", "gb300-278gb", "h100-96gb", "blackwell-189gb",
 }  # fmt: skip
 
 
@@ -140,8 +142,30 @@ def test_size_must_match_memory_slices(broken: Path) -> None:
 
 def test_duplicate_product_across_models(broken: Path) -> None:
     f = broken / "h200-141gb.yaml"
-    _edit(f, lambda d: d["model"]["nvml_names"].append("NVIDIA H100 NVL"))
+
+    def claim(d: dict[str, Any]) -> None:
+        d["model"]["nvml_names"].append("NVIDIA H100 NVL")
+        d["model"]["memory_mib"] = 95830  # the same total as h100-nvl-94gb: nothing tells the two apart
+        for p in d["model"]["profiles"]:
+            p["memory_mib"] = min(p["memory_mib"], 95830)
+
+    _edit(f, claim)
     assert "already claimed" in str(_error(broken))
+
+
+def test_shared_product_is_told_apart_by_total_memory(catalog: Catalog) -> None:
+    """Two GB200 boards share the NVML name: the node's total memory picks the model, else the better known."""
+    assert catalog.match_product("NVIDIA-GB200", 189471) is catalog.model("gb200-186gb")
+    assert catalog.match_product("NVIDIA-GB200", 193000) is catalog.model("blackwell-189gb")
+    assert catalog.match_product("NVIDIA-GB200") is catalog.model("gb200-186gb")  # observed beats inferred
+
+
+def test_pci_pairing_must_name_the_models_own_product_and_ids(broken: Path) -> None:
+    f = broken / "h200-141gb.yaml"
+    _edit(f, lambda d: d["model"]["pci_ids_by_product"].update({"NVIDIA H200 NVL": ["0x233010DE"]}))
+    assert "model.pci_ids_by_product.NVIDIA H200 NVL[0]: 0x233010DE is not in the model's pci_device_ids" in str(
+        _error(broken)
+    )
 
 
 def test_operator_directory_adds_and_replaces_models(tmp_path: Path) -> None:
@@ -153,6 +177,7 @@ def test_operator_directory_adds_and_replaces_models(tmp_path: Path) -> None:
     clone = yaml.safe_load((default_profiles_dir() / "h200-141gb.yaml").read_text())
     clone["model"]["id"] = "h200-custom"
     clone["model"]["nvml_names"] = ["NVIDIA H200 Custom"]
+    clone["model"].pop("pci_ids_by_product")  # it names the products replaced above
     (extra / "custom.yaml").write_text(yaml.safe_dump(clone))
     cat = load_catalog([extra])
     assert cat.model("h100-80gb").profile("3g.40gb").memory_mib == 40448

@@ -96,29 +96,45 @@ def test_render_keeps_existing_configs() -> None:
     ("text", "expected"),
     [
         ("version: v2\nmig-configs: {}\n", "version"),
-        (
-            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n"
-            "      mig-devices: {1g.10gb: 1}\n",
-            "mig-devices must be empty",
-        ),
-        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n", "mig-devices is required"),
-        (
-            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
-            "      mig-devices: {1g10gb: 1}\n",
-            "not a MIG profile name",
-        ),
-        (
-            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
-            "      mig-devices: {}\n      extra: 1\n",
-            "unknown field",
-        ),
+        ("mig-configs:\n  a:\n    - {devices: all, mig-enabled: false}\n", "version: required field"),
+        ("version: v1\nmig-configs: {}\n", "at least one config"),
+        ("version: v1\nmig-configs: [a]\n", "expected a map from config name"),
+        ("version: v1\nother: 1\nmig-configs: {}\n", "other: unexpected field"),
         ("version: v1\nmig-configs:\n  a: [\n", "broken YAML"),
     ],
 )
-def test_bad_configs_are_rejected_precisely(text: str, expected: str) -> None:
+def test_a_broken_file_is_rejected_precisely(text: str, expected: str) -> None:
     with pytest.raises(InputError, match=expected) as info:
         parse(text, "my-config.yaml")
     assert "my-config.yaml" in str(info.value)
+
+
+GOOD = "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n"
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{devices: all, mig-enabled: false, mig-devices: {1g.10gb: 1}}", "mig-devices must be empty"),
+        ("{devices: all, mig-enabled: true}", "mig-devices is required"),
+        ("{devices: all, mig-enabled: true, mig-devices: {1g10gb: 1}}", "parsed wrong number of fields"),
+        ("{devices: all, mig-enabled: true, mig-devices: {}, extra: 1}", "extra: unknown field"),
+        ("{devices: all, mig-enabled: 'true', mig-devices: {}}", "a[0].mig-enabled: Input should be a valid boolean"),
+        ("{devices: all, mig-enabled: true, mig-devices: {1g.10gb: '2'}}", "Input should be a valid integer"),
+        ("{devices: ['0'], mig-enabled: false}", "a[0].devices"),
+        ("{devices: all, mig-enabled: true, mig-devices: {1g.10gb: 0}}", "all counts for all MIG profiles are 0"),
+        ("{devices: all, mig-enabled: true, mig-devices: {'1g.5gb+.me': 1}}", "attribute begins/ends with a dot"),
+        ("not-a-map", "a[0]: expected a map of fields, got str"),
+    ],
+)
+def test_a_broken_config_costs_only_itself(entry: str, expected: str) -> None:
+    """mig-parted would reject the whole file; migctl drops the one config, keeps the rest, and says why."""
+    cfg = parse(GOOD + f"  a:\n    - {entry}\n", "my-config.yaml")
+    assert set(cfg.mig_configs) == {"all-disabled"}
+    (why,) = cfg.skipped
+    assert why.startswith("mig-configs.a") and expected in why and why.endswith("config skipped")
+    with pytest.raises(InputError, match=r"mig-configs\.a.*the config is unreadable"):
+        resolve(cfg, "a", [(0, None)])
 
 
 def test_parsed_configs_are_cached_by_text_and_errors_are_not() -> None:
@@ -133,3 +149,12 @@ def test_parsed_configs_are_cached_by_text_and_errors_are_not() -> None:
     for _ in range(2):  # a failed parse raises every time, with its source named
         with pytest.raises(InputError, match="broken YAML"):
             parse(broken, "cm")
+
+
+def test_rendering_writes_no_filter_when_none_is_given() -> None:
+    """An unchanged rendering keeps existing ConfigMaps byte-identical (no rewrite after an upgrade)."""
+    text = render({"x": {0: GpuConfig.mig({"1g.10gb": 2}), 1: GpuConfig.disabled()}}).to_yaml()
+    assert text == (
+        "version: v1\nmig-configs:\n  x:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {1g.10gb: 2}\n"
+        "  - devices: [1]\n    mig-enabled: false\n"
+    )
