@@ -72,7 +72,9 @@ class UnreadableError(ValueError):
     """An annotation value migctl cannot use; the message names the annotation, the value and the expectation."""
 
 
-def _shown(value: str) -> str:
+def _shown(value: str | None) -> str:
+    if value is None:
+        return "<missing>"
     return repr(value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "...")
 
 
@@ -163,7 +165,7 @@ def raw_phase_annotations(annotations: Mapping[str, Any]) -> tuple[str | None, .
 def read_since(text: str | None, now: float) -> float:
     """`phase-since`: what `f"{time:.3f}"` writes, and not in the future; else UnreadableError."""
     if text is None or not _SECONDS.fullmatch(text):
-        raise UnreadableError(f"{PHASE_SINCE}={_shown(str(text))}: expected Unix seconds in ASCII digits")
+        raise UnreadableError(f"{PHASE_SINCE}={_shown(text)}: expected Unix seconds in ASCII digits")
     value = float(text)
     if value > now + MAX_CLOCK_SKEW_S:
         raise UnreadableError(f"{PHASE_SINCE}={_shown(text)}: {value - now:.0f} s in the future")
@@ -176,9 +178,9 @@ def read_state(annotations: Mapping[str, Any], now: float) -> NodeState:
     plan_id, phase, since_text, target_text, rollback_text = raw
     problems: list[str] = []
     if plan_id is None or not _PLAN_ID.fullmatch(plan_id):
-        problems.append(f"{PLAN_ID}={_shown(str(plan_id))}: expected a plan id such as p0123456789")
+        problems.append(f"{PLAN_ID}={_shown(plan_id)}: expected a plan id such as p0123456789")
     if phase not in PHASES:
-        problems.append(f"{PHASE}={_shown(str(phase))}: expected one of {', '.join(PHASES)}")
+        problems.append(f"{PHASE}={_shown(phase)}: expected one of {', '.join(PHASES)}")
     since = None
     try:
         since = read_since(since_text, now)
@@ -192,7 +194,7 @@ def read_state(annotations: Mapping[str, Any], now: float) -> NodeState:
             target = Target.from_json(target_text)
         except UnreadableError as e:
             problems.append(str(e))
-    if target is not None and plan_id is not None and target.plan_id != plan_id:
+    if target is not None and target.plan_id != plan_id:
         problems.append(f"{PLAN_ID}={_shown(plan_id)} but {TARGET} is for plan {target.plan_id!r}")
         target = None  # whose change is this? no relabel on a guess
     rollback = None
