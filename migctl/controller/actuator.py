@@ -160,16 +160,21 @@ class Actuator(RollbackSteps):
         assert state.rollback is not None  # read_state: phase rolling-back has a readable rollback
         return self._rollback_continue(name, target, state.rollback, since)
 
-    def release(self, name: str, why: str) -> str:
+    def release(self, name: str, why: str, only_if_abandoned: bool = False) -> str:
         """End a change without driving it further (a dry-run controller finding an abandoned node, a node that
-        left migctl's node_selector): roll back; no new eviction, no new config. `gone` if the node is deleted."""
+        left migctl's node_selector): roll back; no new eviction, no new config. `gone` if the node is deleted;
+        `waiting` if `only_if_abandoned` and a live controller may still be driving it (another deployment's
+        node_selector may hold it)."""
         from migctl.controller.errors import NotFoundError
 
         try:
             node = self.kube.read_node(name)
         except NotFoundError:
             return "gone"
-        state = read_state(annotations_of(node), self.clock())
+        now = self.clock()
+        state = read_state(annotations_of(node), now)
+        if only_if_abandoned and state.in_flight and not abandoned(state, now, self.settings):
+            return "waiting"
         if not state.in_flight:
             return self._untaint_orphan(name) if self._tainted(node) else "idle"
         if state.problem or state.target is None:

@@ -444,9 +444,6 @@ class Controller:
                 work.append((name, ""))
             elif abandoned(read_state(_meta(node).get("annotations") or {}, now), now, self.settings):
                 work.append((name, "released: abandoned mid-phase, and this controller is in dry run"))
-        for name in sorted(self.strays - cached - in_flight) if not self.settings.dry_run else ():
-            self.strays.discard(name)
-            work.append((name, "released: the node left migctl's node_selector mid-phase"))
         for name, why in work:
             log.info("node %s: %s", name, why or "resuming", extra={"node": name})
             fn: Callable[[Actuator], str] = (
@@ -456,6 +453,17 @@ class Controller:
             )
             self._spawn(name, fn)
             in_flight.add(name)
+        for name in sorted(self.strays - cached - in_flight) if not self.settings.dry_run else ():
+            if self.resume_after.get(name, (0.0, 0))[0] <= now:
+                self._spawn(name, functools.partial(self._release_stray, name=name))
+                in_flight.add(name)
+
+    def _release_stray(self, actuator: Actuator, name: str) -> str:
+        """A node in flight outside node_selector: released once abandoned (it may be another deployment's)."""
+        outcome = actuator.release(name, "released: the node left migctl's node_selector mid-phase", True)
+        if outcome != "waiting":
+            self.strays.discard(name)
+        return outcome
 
     def _spawn(self, node: str, fn: Callable[[Actuator], str], target: Target | None = None) -> None:
         actuator = self.actuator

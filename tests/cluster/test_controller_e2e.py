@@ -356,6 +356,8 @@ def test_killed_at_each_step_a_new_controller_resumes(
         assert ctl_b.actuator is not None
         assert ctl_b.metrics.started._value.get() == 0  # resumed, never started a second time
         assert (node, "succeeded", "") in ctl_b.actuator.outcomes
+        configs = yaml.safe_load(core.read_namespaced_config_map(CM, namespace).data["config.yaml"])["mig-configs"]
+        assert sorted(c for c in configs if c.startswith("migctl-")) == [config_name(TARGET_3G)]  # none lost/stale
 
 
 class _LateSim:
