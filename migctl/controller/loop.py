@@ -42,7 +42,7 @@ from migctl.controller.guards import TARGET, BatchWindow, Candidate, EvictionLed
 from migctl.controller.kubeapi import KubeApi, Obj, Stopped
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, read_state
+from migctl.controller.nodestate import PHASE_ANNOTATIONS, UnreadableError, read_state
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
@@ -289,8 +289,8 @@ class Controller:
         for node in nodes:
             ann = _meta(node).get("annotations") or {}
             if ann.get(TARGET):
-                with contextlib.suppress(ValueError, TypeError, AttributeError):
-                    reserved.update(json.loads(ann[TARGET]).get("pods") or ())
+                with contextlib.suppress(UnreadableError):
+                    reserved.update(Target.from_json(str(ann[TARGET])).pods)
         self._resume(nodes, in_flight, now)
 
         # 2. snapshot, with guard-rail holds as frozen nodes

@@ -59,9 +59,10 @@ def crashed_at(
     try:
         wait_for("migctl ConfigMap", lambda: core.list_namespaced_config_map(
             namespace, field_selector=f"metadata.name={CM}").items, timeout=30)  # fmt: skip
-        with SimGpuOperator(api, config_map=CM, namespace=namespace, nodes=[node], delay=0.3) as s:
-            for k, v in sim.items():
-                setattr(s, k, v)
+        s = SimGpuOperator(api, config_map=CM, namespace=namespace, nodes=[node], delay=0.3)
+        for k, v in sim.items():
+            setattr(s, k, v)  # before it starts: ignore_first_sight must hold for its first list
+        with s:
             for pod in pods:
                 core.create_namespaced_pod(namespace, pod)
             proc.wait_killed(timeout=45)
