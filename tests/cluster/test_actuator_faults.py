@@ -261,3 +261,39 @@ def test_unreadable_phase_annotations_roll_back_and_untaint(
         for case, name in nodes.items():
             assert len(node_events(core, name, UNREADABLE[case][1])) == 1, case
         assert all(node_view(core, n)[0]["nvidia.com/mig.config"] == ALL_1G for n in nodes.values())
+
+
+class ForbidNodePatch(client.ApiClient):
+    """Answers 403 to every PATCH of one node (as RBAC would) and counts the attempts."""
+
+    def __init__(self, configuration: client.Configuration, node: str) -> None:
+        super().__init__(configuration)
+        self.path, self.attempts = f"/api/v1/nodes/{node}", 0
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        if method == "PATCH" and url.split("?", 1)[0].endswith(self.path):
+            self.attempts += 1
+            raise client.ApiException(status=403, reason="injected: forbidden")
+        return super().call_api(method, url, *args, **kwargs)
+
+
+def test_a_node_that_cannot_be_written_is_retried_with_backoff_not_in_a_loop(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    """Every write to an in-flight node fails (403): each resume fails, and the next waits a doubling backoff
+    (resync_interval_s 1 s: 1, 2, 4 s...), instead of re-trying on every reconcile and debounce (0.1 s)."""
+    seed_configmap(core, namespace)
+    node = gpu_node(core, namespace, node_names)
+    taints = [{"key": TAINT, "value": "true", "effect": "NoSchedule"}]
+    core.patch_node(node, {"metadata": {"annotations": {"migctl.io/phase": "exploding"}}, "spec": {"taints": taints}})
+    forbid = ForbidNodePatch(api.configuration, node)
+    ctl = Controller(config_for(namespace), forbid, identity="a")
+    with running(ctl, core, namespace):
+        wait_for("first attempt", lambda: forbid.attempts >= 1, timeout=20)
+        first = time.monotonic()
+        wait_reconciles(ctl, 6)
+        elapsed = time.monotonic() - first
+        assert forbid.attempts <= 2 + int(elapsed).bit_length(), (forbid.attempts, elapsed)  # ~log2(elapsed) resumes
+        assert ctl.reconciles >= 6
+    forbid.close()
+    assert TAINT in node_view(core, node)[2]  # still in flight: nothing could write, nothing pretended
