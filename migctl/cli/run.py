@@ -32,6 +32,7 @@ def run_command(
 ) -> None:
     """Run the controller until SIGTERM/SIGINT. Settings: --config FILE, MIGCTL_* variables, then these flags."""
     from migctl.adapters.kube import api_client
+    from migctl.controller.failpoint import failpoint_hook
     from migctl.controller.loop import Controller
     from migctl.logsetup import setup_logging
 
@@ -49,8 +50,12 @@ def run_command(
         api = api_client(str(kubeconfig) if kubeconfig else None, context)
     except MigctlError as e:
         raise click.ClickException(str(e)) from e
+    try:
+        hook = failpoint_hook()  # inert unless MIGCTL_FAILPOINT is set (tests: docs/testing.md)
+    except MigctlError as e:
+        raise click.ClickException(str(e)) from e
     done = stop_on_signals()
-    ctl = Controller(cfg, api)
+    ctl = Controller(cfg, api, hook=hook)
     ctl.start()
     try:
         done.wait()

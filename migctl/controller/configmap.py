@@ -14,13 +14,12 @@ out with a warning naming it, and the rest is kept; a layout holding such a name
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 
 from migctl.controller.errors import ConflictError
-from migctl.controller.guards import TARGET
 from migctl.controller.kubeapi import KubeApi, Obj
+from migctl.controller.nodestate import target_configs
 from migctl.core.migparted import (
     CONFIG_PREFIX,
     ConfigEntry,
@@ -48,13 +47,7 @@ def referenced_configs(nodes: Iterable[Obj]) -> set[str]:
         label = (meta.get("labels") or {}).get(MIG_CONFIG)
         if label:
             out.add(str(label))
-        raw = (meta.get("annotations") or {}).get(TARGET)
-        if raw:
-            try:
-                target = json.loads(raw)
-                out.update(str(target[k]) for k in ("config", "previous_config") if target.get(k))
-            except (ValueError, TypeError, AttributeError):
-                pass
+        out |= target_configs(meta.get("annotations") or {})
     return out
 
 
@@ -83,10 +76,16 @@ class ConfigMapWriter:
         name: str,
         operator: GpuOperatorSettings,
         referenced: Callable[[], set[str]],
+        hook: Callable[[str, str], None] | None = None,
     ) -> None:
         self.kube, self.namespace, self.name, self.operator = kube, namespace, name, operator
         self.key = operator.configmap_key
         self.referenced = referenced
+        self.hook = hook  # (ConfigMap name, step "configmap-merged"): tests and failpoints stop there
+
+    def _merged_step(self) -> None:
+        if self.hook is not None:
+            self.hook(self.name, "configmap-merged")
 
     def _parse(self, cm: Obj | None, source: str) -> MigPartedConfig | None:
         """The configs of a ConfigMap that the configured mig-manager can read; each one left out is logged."""
@@ -157,6 +156,7 @@ class ConfigMapWriter:
             keep = self.referenced() | {config}
             if cm is None:
                 body = self._body(render({config: layout}, self._seed()))
+                self._merged_step()
                 try:
                     self.kube.create_configmap(self.namespace, body)
                 except ConflictError:
@@ -170,6 +170,7 @@ class ConfigMapWriter:
             if new_cfg is None:
                 return False
             cm["data"] = {**(cm.get("data") or {}), self.key: new_cfg.to_yaml()}
+            self._merged_step()
             try:
                 self.kube.replace_configmap(self.namespace, cm)
             except ConflictError:

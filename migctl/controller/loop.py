@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -32,15 +33,16 @@ from kubernetes import client
 from migctl.adapters.objects import MIG_CONFIG, snapshot_from_objects
 from migctl.config import Config
 from migctl.controller import events as ev
-from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target
+from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target, abandoned
 from migctl.controller.cache import ClusterCache, fingerprint
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.errors import KubeError
 from migctl.controller.events import EventSink
-from migctl.controller.guards import PHASE, TARGET, BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
+from migctl.controller.guards import TARGET, BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
 from migctl.controller.kubeapi import KubeApi, Obj, Stopped
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
+from migctl.controller.nodestate import PHASE_ANNOTATIONS, UnreadableError, read_state
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
@@ -105,6 +107,8 @@ class Controller:
         self.elector: LeaderElector | None = None
         self.server: MetricsServer | None = None
         self.reconciles = 0
+        self.strays: set[str] = set()  # in-flight nodes that left node_selector (or were never in the cache)
+        self.resume_after: dict[str, tuple[float, int]] = {}  # node -> (not before, failed resumes in a row)
 
     def _api_kwargs(self) -> dict[str, Any]:
         s = self.settings
@@ -179,6 +183,7 @@ class Controller:
                 self.settings.configmap_name,
                 self.config.gpu_operator,
                 lambda: referenced_configs(kube.list_nodes()),  # fresh: the cache may lag a moment
+                hook=self.hook,
             ),
             events=EventSink(kube, self.identity),
             metrics=self.metrics,
@@ -192,6 +197,10 @@ class Controller:
                 self.actuator.configmaps.ensure_exists()
             except (KubeError, Stopped) as e:
                 log.error("could not create migctl's ConfigMap (retried on the next reconcile): %s", e)
+        try:  # nodes in flight outside node_selector (relabelled mid-phase while no replica was running)
+            self.strays |= {str(_meta(n).get("name")) for n in kube.list_nodes() if self._in_flight(n)}
+        except (KubeError, Stopped) as e:
+            log.error("could not list nodes for in-flight changes outside node_selector: %s", e)
         self._leading = True
         self.metrics.leader.set(1)
         log.info("acting as leader (%s)%s", self.identity, " in dry run" if self.settings.dry_run else "")
@@ -206,7 +215,16 @@ class Controller:
 
     # -- triggers ------------------------------------------------------------------------------------------
 
+    def _in_flight(self, node: Obj) -> bool:
+        ann = _meta(node).get("annotations") or {}
+        taint = self.config.planner.reconfigure_taint
+        return any(ann.get(k) for k in PHASE_ANNOTATIONS) or any(
+            t.get("key") == taint for t in (node.get("spec") or {}).get("taints") or []
+        )
+
     def _on_change(self, kind: str, event: str, obj: Obj) -> None:
+        if kind == "Node" and event == "DELETED" and self._in_flight(obj):
+            self.strays.add(str(_meta(obj).get("name")))  # deleted, or relabelled out of node_selector
         if self._stop.is_set() or not self._leading:
             return
         if kind == "Pod":
@@ -267,24 +285,13 @@ class Controller:
             reserved = set(self.settled)
         self.metrics.in_flight.set(len(in_flight))
 
-        # 1. resume nodes left mid-way; clean orphaned taints
-        taint = self.config.planner.reconfigure_taint
+        # 1. resume nodes left mid-way (dry run: release abandoned ones); clean orphaned taints and annotations
         for node in nodes:
-            name = str(_meta(node).get("name"))
             ann = _meta(node).get("annotations") or {}
             if ann.get(TARGET):
-                with contextlib.suppress(ValueError, TypeError, AttributeError):
-                    reserved.update(json.loads(ann[TARGET]).get("pods") or ())
-            if name in in_flight or self.settings.dry_run:
-                continue
-            if ann.get(PHASE):
-                log.info("resuming node %s from phase %s", name, ann[PHASE], extra={"node": name})
-                self._spawn(name, lambda a, n=name: a.drive(n))  # type: ignore[misc]
-                in_flight.add(name)
-            elif any(t.get("key") == taint for t in (node.get("spec") or {}).get("taints") or []):
-                log.warning("node %s has %s but no phase: removing the orphaned taint", name, taint)
-                self._spawn(name, lambda a, n=name: self._untaint_orphan(a, n))  # type: ignore[misc]
-                in_flight.add(name)
+                with contextlib.suppress(UnreadableError):
+                    reserved.update(Target.from_json(str(ann[TARGET])).pods)
+        self._resume(nodes, in_flight, now)
 
         # 2. snapshot, with guard-rail holds as frozen nodes
         started = time.perf_counter()
@@ -424,18 +431,54 @@ class Controller:
 
     # -- workers -------------------------------------------------------------------------------------------
 
+    def _resume(self, nodes: list[Obj], in_flight: set[str], now: float) -> None:
+        """Hand every node left mid-way to a worker: `drive` (leader) or `release` (dry run, once abandoned; a
+        node outside node_selector). A resume that failed waits a doubling backoff (no hot loop)."""
+        cached = {str(_meta(n).get("name")) for n in nodes}
+        work: list[tuple[str, str]] = []  # (node, "" to drive it, or why it is released)
+        for node in nodes:
+            name = str(_meta(node).get("name"))
+            if name in in_flight or not self._in_flight(node) or self.resume_after.get(name, (0.0, 0))[0] > now:
+                continue
+            if not self.settings.dry_run:
+                work.append((name, ""))
+            elif abandoned(read_state(_meta(node).get("annotations") or {}, now), now, self.settings):
+                work.append((name, "released: abandoned mid-phase, and this controller is in dry run"))
+        for name, why in work:
+            log.info("node %s: %s", name, why or "resuming", extra={"node": name})
+            fn: Callable[[Actuator], str] = (
+                functools.partial(Actuator.release, name=name, why=why)
+                if why
+                else functools.partial(Actuator.drive, name=name)
+            )
+            self._spawn(name, fn)
+            in_flight.add(name)
+        for name in sorted(self.strays - cached - in_flight) if not self.settings.dry_run else ():
+            if self.resume_after.get(name, (0.0, 0))[0] <= now:
+                self._spawn(name, functools.partial(self._release_stray, name=name))
+                in_flight.add(name)
+
+    def _release_stray(self, actuator: Actuator, name: str) -> str:
+        """A node in flight outside node_selector: released once abandoned (it may be another deployment's)."""
+        outcome = actuator.release(name, "released: the node left migctl's node_selector mid-phase", True)
+        if outcome != "waiting":
+            self.strays.discard(name)
+        return outcome
+
     def _spawn(self, node: str, fn: Callable[[Actuator], str], target: Target | None = None) -> None:
         actuator = self.actuator
         if actuator is None:
             return
 
         def run() -> None:
-            outcome = "aborted"
+            outcome, failed = "aborted", True
             try:
                 outcome = fn(actuator)
+                failed = False
             except NodeChanged as e:
                 log.info("node %s: not started: %s; re-planning", node, e, extra={"node": node})
             except Stopped:
+                failed = False
                 log.info("node %s: stopped acting (leadership lost or shutting down)", node, extra={"node": node})
             except KubeError as e:
                 log.error("node %s: API error %s; resuming on a later reconcile", node, e, extra={"node": node})
@@ -444,6 +487,11 @@ class Controller:
             finally:
                 now = self.clock()
                 with self._lock:
+                    if failed:
+                        n = self.resume_after.get(node, (0.0, 0))[1] + 1
+                        self.resume_after[node] = (now + min(300.0, self.settings.resync_interval_s * 2 ** (n - 1)), n)
+                    else:
+                        self.resume_after.pop(node, None)
                     if target is not None:
                         for p in target.pods:  # reserved while in flight; settle after success
                             if outcome == "succeeded":
@@ -458,18 +506,6 @@ class Controller:
         with self._lock:
             self.workers[node] = t
         t.start()
-
-    def _untaint_orphan(self, actuator: Actuator, name: str) -> str:
-        taint = self.config.planner.reconfigure_taint
-
-        def mutate(node: Obj) -> Obj | None:
-            if (_meta(node).get("annotations") or {}).get(PHASE):
-                return None  # a phase appeared: not an orphan
-            taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != taint]
-            return {"spec": {"taints": taints or None}}
-
-        actuator.kube.update_node(name, mutate, what="remove orphaned taint")
-        return "untainted"
 
     # -- observability -------------------------------------------------------------------------------------
 

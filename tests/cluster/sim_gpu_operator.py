@@ -21,6 +21,16 @@ Kubernetes interface (facts: shared/reference/mig-data.md §3-4):
   `capacity_lag` > 0 the capacity/labels appear that long *after* `success`, as the restarted device plugin
   and GFD do in reality (mig-data.md §4.3), so a controller must wait for allocatable too.
 
+Fault modes (attributes, changeable while it runs; each models a real mig-manager failure):
+* `fail_with`: every apply that would change a GPU ends in `failed` (a GPU reset failing);
+* `fail_configs`: {config: message}: this config ends in `failed` even when already applied (mig-parted's
+  assert/apply failing for it in this GPU's state: how a rollback to the previous config fails too);
+* `hang_configs`: these configs stay `pending` forever (the wedged-`pending` bug: a mig-manager timeout);
+* `no_capacity_configs`: applied and `success`, but the device plugin never re-registers the new resources and
+  GFD never relabels (a verify timeout);
+* `ignore_first_sight`: do not apply the label of a node seen for the first time (a mig-manager that handled it
+  before its GPUs were changed by hand: the label names a config the GPUs do not have).
+
 Not simulated: pausing `nvidia.com/gpu.deploy.*` labels, reboots (`rebooting`), the wedged-`pending` bug.
 Pods only name a MIG resource, not a GPU, so a GPU counts as busy when a pod bound to the node (not finished)
 requests a resource of a profile on that GPU's *current* layout (`nvidia.com/gpu` for a MIG-disabled GPU).
@@ -99,6 +109,10 @@ class SimGpuOperator:
         self.nodes = set(nodes) if nodes is not None else None
         self.catalog = cat or catalog()
         self.fail_with: str | None = None  # injected failure: while set, every apply ends in `failed` with it
+        self.fail_configs: dict[str, str] = {}
+        self.hang_configs: set[str] = set()
+        self.no_capacity_configs: set[str] = set()
+        self.ignore_first_sight = False
         self.history: list[Outcome] = []
         self._seen: dict[str, str] = {}
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -176,6 +190,8 @@ class SimGpuOperator:
         value = (node.metadata.labels or {}).get(MIG_CONFIG_LABEL, "")
         previous = self._seen.get(name)
         self._seen[name] = value
+        if previous is None and self.ignore_first_sight:
+            return
         if value and value != previous:  # first sight (AddFunc) or a changed label; "" is ignored
             self._queue.put(name)
 
@@ -201,6 +217,14 @@ class SimGpuOperator:
         except ReconfigureRefusedError as e:
             self._finish(name, config, FAILED, str(e))
             return
+        if config in self.fail_configs:
+            self._set_state(name, PENDING)
+            self._finish(name, config, FAILED, self.fail_configs[config])
+            return
+        if config in self.hang_configs:
+            self._set_state(name, PENDING)
+            self.history.append(Outcome(name, config, PENDING, "hangs in pending (injected)"))
+            return
         new = {**current, **desired}
         if new == current:
             self._finish(name, config, SUCCESS, "Selected MIG configuration currently applied")
@@ -214,6 +238,10 @@ class SimGpuOperator:
                 raise ReconfigureRefusedError(self.fail_with)
         except ReconfigureRefusedError as e:
             self._finish(name, config, FAILED, str(e))
+            return
+        if config in self.no_capacity_configs:
+            self._patch_annotation(name, new)
+            self._finish(name, config, SUCCESS, "applied; device plugin never re-registers (injected)")
             return
         if self.capacity_lag > 0:
             self._patch_annotation(name, new)

@@ -110,7 +110,8 @@ def test_configmap_merge_keeps_base_and_referenced_configs_and_drops_stale_ones(
 def test_referenced_configs_reads_labels_and_targets() -> None:
     nodes = [
         {"metadata": {"labels": {"nvidia.com/mig.config": "x"}}},
-        {"metadata": {"annotations": {"migctl.io/target": json.dumps({"config": "y", "previous_config": "z"})}}},
+        {"metadata": {"annotations": {"migctl.io/target": Target("p1", "y", GPUS, previous_config="z").to_json()}}},
         {"metadata": {"annotations": {"migctl.io/target": "{broken"}}},
+        {"metadata": {"annotations": {"migctl.io/target": json.dumps({"config": "w"})}}},  # not a target: no plan
     ]
     assert referenced_configs(nodes) == {"x", "y", "z"}

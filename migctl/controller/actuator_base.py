@@ -1,0 +1,110 @@
+"""What every actuator step shares: the API, the stop flag, the step hook, and the one write that moves a phase.
+
+Split from actuator.py (the phases) and rollback.py (the ways out) so each stays small; see actuator.py's
+docstring for the state machine itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from migctl.config import Config
+from migctl.controller import events as ev
+from migctl.controller.configmap import MIG_CONFIG, ConfigMapWriter
+from migctl.controller.events import EventSink
+from migctl.controller.guards import PHASE, PHASE_SINCE, PLAN_ID, EvictionLedger
+from migctl.controller.kubeapi import KubeApi, Obj, Stopped
+from migctl.controller.metrics import Metrics
+from migctl.controller.nodestate import Target
+
+log = logging.getLogger("migctl.controller.actuator")
+Hook = Callable[[str, str], None]  # (node or ConfigMap name, step): tests and failpoints stop the process there
+
+
+class NodeChanged(Exception):  # noqa: N818 - a signal
+    """The node no longer looks like the plan assumed (or another actor holds it): do not start."""
+
+
+def annotations_of(node: Obj) -> dict[str, str]:
+    return dict(((node.get("metadata") or {}).get("annotations")) or {})
+
+
+def labels_of(node: Obj) -> dict[str, str]:
+    return dict(((node.get("metadata") or {}).get("labels")) or {})
+
+
+def taints_of(node: Obj) -> list[Obj]:
+    return list(((node.get("spec") or {}).get("taints")) or [])
+
+
+@dataclass
+class ActuatorBase:
+    """The shared state of one actuator (one instance serves many nodes, one worker thread each)."""
+
+    kube: KubeApi
+    config: Config
+    configmaps: ConfigMapWriter
+    events: EventSink
+    metrics: Metrics
+    ledger: EvictionLedger
+    stop: threading.Event
+    hook: Hook | None = None
+    clock: Callable[[], float] = time.time
+    outcomes: list[tuple[str, str, str]] = field(default_factory=list)  # (node, outcome, reason)
+
+    @property
+    def taint_key(self) -> str:
+        return self.config.planner.reconfigure_taint
+
+    @property
+    def settings(self) -> Any:
+        return self.config.controller
+
+    def _step(self, node: str, step: str) -> None:
+        if self.stop.is_set():
+            raise Stopped(f"stopping before {step} on {node}")
+        if self.hook is not None:
+            self.hook(node, step)
+
+    def _sleep(self) -> None:
+        if self.stop.wait(self.settings.poll_interval_s):
+            raise Stopped("stopping while waiting")
+
+    def _log(self, target: Target | None, node: str, msg: str, *args: object, level: int = logging.INFO) -> None:
+        log.log(level, msg, *args, extra={"plan_id": target.plan_id if target else "", "node": node})
+
+    def _owned(self, node: Obj, target: Target) -> None:
+        plan = annotations_of(node).get(PLAN_ID)
+        if plan != target.plan_id:
+            raise NodeChanged(f"node is held by plan {plan!r}, not {target.plan_id}")
+
+    def _label_moved(self, node: Obj, target: Target) -> bool:
+        """The config label is no longer the one before the change (migctl set or toggled it)."""
+        return labels_of(node).get(MIG_CONFIG) != target.previous_config
+
+    def _set_phase(self, name: str, target: Target, phase: str, extra: Obj | None = None, force: bool = False) -> Obj:
+        """Write the phase (and `extra` metadata) if it is not already there; `force` rewrites it anyway (a
+        phase-since that could not be read). The Event is sent only when this call wrote."""
+        wrote: list[bool] = []
+
+        def mutate(node: Obj) -> Obj | None:
+            wrote.clear()
+            self._owned(node, target)
+            if annotations_of(node).get(PHASE) == phase and not force:
+                return None  # already there (a retried write whose response was lost)
+            patch: Obj = {"metadata": {"annotations": {PHASE: phase, PHASE_SINCE: f"{self.clock():.3f}"}}}
+            for k, v in (extra or {}).items():
+                patch["metadata"].setdefault(k, {}).update(v)
+            wrote.append(True)
+            return patch
+
+        node = self.kube.update_node(name, mutate, what=f"phase {phase}")
+        if wrote:
+            self.events.emit(ev.node_ref(name), ev.PHASE, f"plan {target.plan_id}: phase {phase}")
+            self._log(target, name, "phase %s", phase)
+        return node

@@ -1,0 +1,116 @@
+"""Pure checks the actuator makes while it waits: mig-manager's answer, the node's capacity, which pods must go.
+
+No API calls and no clock (elapsed time is passed in), so each rule is unit-tested alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from migctl.controller.configmap import MIG_CONFIG
+from migctl.controller.kubeapi import Obj
+from migctl.controller.nodestate import Target
+from migctl.core.migparted import GpuConfig
+from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource, resource_name
+
+MIG_STATE = "nvidia.com/mig.config.state"
+
+
+def _count(value: object) -> bool:
+    """A plain ASCII count (`"²".isdigit()` is True, and int() then fails)."""
+    text = str(value)
+    return text.isascii() and text.isdigit() and len(text) <= 6
+
+
+def mig_manager_verdict(labels: Mapping[str, str], config: str, elapsed: float, timeout: float) -> str:
+    """While waiting for mig-manager: `success`, `failed`, `timeout`, `relabel` (the label is not `config`) or `wait`.
+
+    migctl clears the state label in the same write that sets the config label, so a `success` seen
+    afterwards is mig-manager's answer to *this* config, not a leftover from the previous one."""
+    if labels.get(MIG_CONFIG) != config:
+        return "relabel"
+    state = labels.get(MIG_STATE, "")
+    if state == "success":
+        return "success"
+    if state == "failed":
+        return "failed"
+    if elapsed >= timeout:
+        return "timeout"
+    return "wait"
+
+
+def expected_resources(gpus: Mapping[int, GpuConfig]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for g in gpus.values():
+        if not g.mig_enabled:
+            out[WHOLE_GPU_RESOURCE] += 1
+        for profile, n in g.layout if g.mig_enabled else ():
+            out[resource_name(profile)] += n
+    return out
+
+
+def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
+    """ "" when allocatable and GFD's count labels match the layout (stale zero-valued resources ignored)."""
+    want = expected_resources(gpus)
+    alloc = ((node.get("status") or {}).get("allocatable")) or {}
+    have: dict[str, int] = {}
+    for k, v in alloc.items():
+        if profile_from_resource(k) or k == WHOLE_GPU_RESOURCE:
+            if not _count(v):
+                continue
+            n = int(str(v))
+            if n > 0:
+                have[k] = n
+    problems = []
+    if dict(want) != have:
+        problems.append(f"allocatable {dict(sorted(have.items()))} != expected {dict(sorted(want.items()))}")
+    labels = ((node.get("metadata") or {}).get("labels")) or {}
+    gfd = {
+        k[: -len(".count")]: int(v)
+        for k, v in labels.items()
+        if profile_from_resource(k[: -len(".count")] if k.endswith(".count") else "") and _count(v)
+    }
+    gfd = {k: v for k, v in gfd.items() if v > 0}
+    want_mig = {k: v for k, v in want.items() if k != WHOLE_GPU_RESOURCE}
+    if gfd != want_mig:
+        problems.append(f"GFD counts {dict(sorted(gfd.items()))} != expected {dict(sorted(want_mig.items()))}")
+    return "; ".join(problems)
+
+
+@dataclass(frozen=True)
+class PodView:
+    key: str
+    uid: str
+    terminating: bool
+    gpu: bool
+
+
+def classify_pods(pods: Iterable[Obj], vram_resource: str) -> list[PodView]:
+    """Pods bound to a node, with whether they hold a GPU resource (finished pods are left out)."""
+    out = []
+    for p in pods:
+        meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        gpu = False
+        for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+            res = c.get("resources") or {}
+            for part in (res.get("limits") or {}, res.get("requests") or {}):
+                for k, v in part.items():
+                    if (k.startswith("nvidia.com/") or k == vram_resource) and str(v) not in ("0", ""):
+                        gpu = True
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        out.append(PodView(key, str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")), gpu))
+    return out
+
+
+def drain_status(pods: Iterable[PodView], target: Target) -> tuple[list[str], list[PodView], list[str]]:
+    """(unexpected GPU pods, pods still to evict, GPU pods still present that must go before configuring)."""
+    allowed = set(target.keep) | set(target.evict)
+    gpu = [p for p in pods if p.gpu]
+    unexpected = sorted(p.key for p in gpu if not p.terminating and p.key not in allowed)
+    to_evict = [p for p in gpu if p.key in target.evict and not p.terminating]
+    remaining = sorted(p.key for p in gpu if p.key not in target.keep)
+    return unexpected, to_evict, remaining

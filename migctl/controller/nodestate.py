@@ -1,0 +1,218 @@
+"""The phase annotations on a node, read strictly: a node migctl is changing is either readable or `problem` says why.
+
+The state of an in-flight reconfiguration lives only in annotations (`migctl.io/plan-id`, `phase`, `phase-since`,
+`target`, `rollback`), which anyone with node patch rights can edit. A value migctl cannot trust must never leave
+the node tainted, so `read_state` never raises: it returns a `NodeState` whose `problem` names the annotation, the
+value and what was expected, and the actuator rolls such a node back (docs/troubleshooting.md). What is checked:
+* `plan-id`: present, short, printable; `target` a JSON object of the documented shape (`_TargetDoc`) whose
+  `plan` equals `plan-id` (a mismatch means two writers mixed their annotations);
+* `phase`: one of `PHASES`; `phase-since`: plain ASCII decimal seconds, not in the future (beyond clock skew);
+* `rollback` (phase `rolling-back` only): a JSON object of `_RollbackDoc`'s shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from migctl.controller.guards import PHASE, PHASE_SINCE, PLAN_ID, TARGET
+from migctl.core.migparted import GpuConfig
+
+ROLLBACK = "migctl.io/rollback"
+DRAINING, APPLYING, VERIFYING, ROLLING_BACK = "draining", "applying", "verifying", "rolling-back"
+PHASES = (DRAINING, APPLYING, VERIFYING, ROLLING_BACK)
+PHASE_ANNOTATIONS = (PLAN_ID, PHASE, PHASE_SINCE, TARGET, ROLLBACK)
+MAX_CLOCK_SKEW_S = 300.0  # a phase-since further in the future would postpone every timeout: unreadable
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
+_PLAN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_MAX_SHOWN = 80
+
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+def layout_json(gpus: Mapping[int, GpuConfig]) -> dict[str, Any]:
+    """The `migctl.io/layout` format the adapter reads: {"0": {"mig": true, "layout": {"1g.10gb": 7}}, ...}."""
+    return {str(i): {"mig": g.mig_enabled, "layout": dict(g.layout)} for i, g in sorted(gpus.items())}
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)  # extra: a newer writer's fields
+
+
+class _GpuDoc(_Doc):
+    mig: bool
+    layout: dict[Annotated[str, Field(min_length=1, max_length=40)], Annotated[int, Field(ge=1, le=64)]] = {}
+
+
+class _TargetDoc(_Doc):
+    plan: Annotated[str, Field(pattern=_PLAN_ID.pattern)]
+    config: Name
+    gpus: dict[Annotated[str, Field(pattern=r"^[0-9]{1,3}$")], _GpuDoc] = Field(max_length=64)
+    evict: list[Name] = Field([], max_length=10000)
+    keep: list[Name] = Field([], max_length=10000)
+    pods: list[Name] = Field([], max_length=10000)
+    previous_config: Name | None = None
+    started: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+
+
+class _RollbackDoc(_Doc):
+    reason: Annotated[str, Field(max_length=4000)]
+    cause: Annotated[str, Field(pattern=r"^[a-z-]{1,40}$")] = "error"
+    relabel: bool
+    backoff: bool = True
+    uncertain: bool = False
+
+
+class UnreadableError(ValueError):
+    """An annotation value migctl cannot use; the message names the annotation, the value and the expectation."""
+
+
+def _shown(value: str | None) -> str:
+    if value is None:
+        return "<missing>"
+    return repr(value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "...")
+
+
+def _parse(doc: type[_Doc], key: str, text: str) -> Any:
+    try:
+        return doc.model_validate_json(text)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise UnreadableError(f"{key}={_shown(text)}: {where}: {first['msg']}") from None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one node is being changed to, and what the change may touch (persisted as `migctl.io/target`)."""
+
+    plan_id: str
+    config: str
+    gpus: Mapping[int, GpuConfig]
+    evict: tuple[str, ...] = ()  # pods (ns/name) the plan evicts
+    keep: tuple[str, ...] = ()  # GPU pods on the node at plan time that stay (their GPU is unchanged)
+    pods: tuple[str, ...] = ()  # pending pods this change is for
+    previous_config: str | None = None  # the label before: what a rollback returns to
+    started: float = 0.0
+
+    def to_json(self) -> str:
+        doc = {
+            "plan": self.plan_id,
+            "config": self.config,
+            "gpus": layout_json(self.gpus),
+            "evict": list(self.evict),
+            "keep": list(self.keep),
+            "pods": list(self.pods),
+            "previous_config": self.previous_config,
+            "started": self.started,
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> Target:
+        """UnreadableError (naming the field) for anything but the shape `to_json` writes."""
+        d: _TargetDoc = _parse(_TargetDoc, TARGET, text)
+        gpus = {int(i): GpuConfig.mig(g.layout) if g.mig else GpuConfig.disabled() for i, g in d.gpus.items()}
+        return Target(d.plan, d.config, gpus, tuple(d.evict), tuple(d.keep), tuple(d.pods), d.previous_config,
+                      d.started)  # fmt: skip
+
+
+@dataclass
+class Rollback:
+    """Why a node is rolled back and how (persisted as `migctl.io/rollback` while rolling back)."""
+
+    reason: str
+    cause: str  # metric label: eviction, unexpected-pod, mig-manager-failed, mig-manager-timeout, verify, error, ...
+    relabel: bool  # the GPUs may have changed: return the label to the previous config
+    backoff: bool = True
+    uncertain: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Rollback:
+        d: _RollbackDoc = _parse(_RollbackDoc, ROLLBACK, text)
+        return Rollback(d.reason, d.cause, d.relabel, d.backoff, d.uncertain)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's phase annotations as read; `problem` is "" only when every one is usable."""
+
+    phase: str
+    plan_id: str
+    since: float | None
+    target: Target | None  # None: unreadable, or its plan is not `plan_id`
+    rollback: Rollback | None
+    problem: str
+    raw: tuple[str | None, ...]  # the annotation values as read: a write that releases the node expects them
+
+    @property
+    def in_flight(self) -> bool:
+        return any(v is not None for v in self.raw)
+
+
+def raw_phase_annotations(annotations: Mapping[str, Any]) -> tuple[str | None, ...]:
+    return tuple(None if annotations.get(k) is None else str(annotations[k]) for k in PHASE_ANNOTATIONS)
+
+
+def read_since(text: str | None, now: float) -> float:
+    """`phase-since`: what `f"{time:.3f}"` writes, and not in the future; else UnreadableError."""
+    if text is None or not _SECONDS.fullmatch(text):
+        raise UnreadableError(f"{PHASE_SINCE}={_shown(text)}: expected Unix seconds in ASCII digits")
+    value = float(text)
+    if value > now + MAX_CLOCK_SKEW_S:
+        raise UnreadableError(f"{PHASE_SINCE}={_shown(text)}: {value - now:.0f} s in the future")
+    return value
+
+
+def read_state(annotations: Mapping[str, Any], now: float) -> NodeState:
+    """Every phase annotation checked; never raises (see the module docstring for the rules)."""
+    raw = raw_phase_annotations(annotations)
+    plan_id, phase, since_text, target_text, rollback_text = raw
+    problems: list[str] = []
+    if plan_id is None or not _PLAN_ID.fullmatch(plan_id):
+        problems.append(f"{PLAN_ID}={_shown(plan_id)}: expected a plan id such as p0123456789")
+    if phase not in PHASES:
+        problems.append(f"{PHASE}={_shown(phase)}: expected one of {', '.join(PHASES)}")
+    since = None
+    try:
+        since = read_since(since_text, now)
+    except UnreadableError as e:
+        problems.append(str(e))
+    target = None
+    if target_text is None:
+        problems.append(f"{TARGET} is missing")
+    else:
+        try:
+            target = Target.from_json(target_text)
+        except UnreadableError as e:
+            problems.append(str(e))
+    if target is not None and target.plan_id != plan_id:
+        problems.append(f"{PLAN_ID}={_shown(plan_id)} but {TARGET} is for plan {target.plan_id!r}")
+        target = None  # whose change is this? no relabel on a guess
+    rollback = None
+    if phase == ROLLING_BACK:
+        try:
+            rollback = Rollback.from_json(rollback_text or "")
+        except UnreadableError as e:
+            problems.append(str(e))
+    return NodeState(str(phase or ""), str(plan_id or ""), since, target, rollback, "; ".join(problems), raw)
+
+
+def target_configs(annotations: Mapping[str, Any]) -> set[str]:
+    """The configs an in-flight target still needs (its config, the one a rollback returns to); none if unreadable."""
+    text = annotations.get(TARGET)
+    if not text:
+        return set()
+    try:
+        target = Target.from_json(str(text))
+    except UnreadableError:
+        return set()
+    return {c for c in (target.config, target.previous_config) if c}
