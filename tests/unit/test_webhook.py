@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import json
 import ssl
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -257,6 +258,17 @@ class FakeKube:
     def replace_webhook_configuration(self, name: str, body: dict[str, Any]) -> None:
         self.replaced += 1
         self.config = body
+
+
+def test_serving_context_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The certificate files `ssl` needs exist only while `load()` runs, even if `close()` is never called."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    bundle, _ = renew(None, TlsSettings(), NAMES, IPS, NOW)
+    ctx = ServingContext()
+    ctx.load(bundle.cert_pem, bundle.key_pem)
+    ctx.load(bundle.cert_pem, bundle.key_pem)
+    assert ctx.loaded
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cert_manager_stores_adopts_and_keeps_the_ca_bundle() -> None:
