@@ -11,7 +11,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migctl.core.vram_request import CHOICE_ANNOTATION, PRODUCT_LABEL, ContainerChoice, VramDecision, VramRules
+from migctl.core.vram_choice import CHOICE_ANNOTATION, ContainerChoice, VramDecision, VramRules
+from migctl.core.vram_offers import PRODUCT_LABEL
 
 
 def _set_resource(container: dict[str, Any], rules: VramRules, choice: ContainerChoice) -> None:
