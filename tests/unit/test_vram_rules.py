@@ -185,3 +185,16 @@ def test_nodes_in_one_capacity_state_are_one_class_and_pods_of_one_kind_one_deci
         assert (d.capacity, d.node) == ("free" if i % 2 else "plannable", "n000" if i % 2 else "m000")
     assert set(calls.values()) == {1}  # one placement signature: each node filtered once
     assert sum(capacity.values()) <= 4  # two pod kinds × two GPU classes
+
+
+def test_the_planner_reads_a_vram_pod_as_its_instances() -> None:
+    """Before: one instance of the effective sum (two 5Gi app containers = one 10Gi instance, which no container
+    could use alone)."""
+    s = PlannerSettings()
+    assert pod_from_object(pod([c("a", "5Gi"), c("b", "5Gi")]), s).gpu == (GpuDemand("vram", 2, vram_mib=5120),)
+    assert pod_from_object(pod([c("a", "5Gi")], [c("i", "70Gi")]), s).gpu == (GpuDemand("vram", 1, vram_mib=71680),)
+    sidecar = c("s", "4Gi", restartPolicy="Always")
+    assert pod_from_object(pod([c("a", "5Gi")], [sidecar]), s).gpu == (
+        GpuDemand("vram", 1, vram_mib=4096),
+        GpuDemand("vram", 1, vram_mib=5120),
+    )
