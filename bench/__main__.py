@@ -74,6 +74,11 @@ def print_scale(res: dict[str, Any]) -> None:
     print(f"planner / parse = {res['plan_over_parse']:.2f} (goal <= 1.0); (adapter + planner) / parse = "
           f"{res['adapter_plus_plan_over_parse']:.2f}")  # fmt: skip
     print(
+        f"whole processes: `migctl plan --snapshot FILE -o json` {res['dry_run_process_s']:.3f} s / "
+        f"`python -c json.load(FILE)` {res['load_process_s']:.3f} s = {res['dry_run_over_load']:.2f} "
+        "(target <= 10, goal 3)"
+    )
+    print(
         f"placed {res['pods_placed']}/{res['pending_pods']} (per tier {res['placed_by_tier']}; "
         f"{res['unplaceable_alone']} pods no node could ever serve), {res['gpus_reconfigured']} GPUs reconfigured"
     )

@@ -11,6 +11,11 @@ bound on stranded MiB (see `stranded_lower_bound`); and runs the exact solver on
 (8 GPUs per node, 10 pods per node) until it no longer proves optimality within the time limit, reporting
 planner time / exact time on the largest one it solved; and times `plan()` on an overloaded prefix (a fifth of the
 nodes, 20 pods per node), where every pass of the portfolio runs.
+
+The dry run as a user runs it: `migctl plan --snapshot FILE -o json` as a whole process (interpreter start,
+imports, the objects read once, the plan, the fallback and VRAM sections, the JSON written) against
+`python -c 'json.load(open(FILE))'` as a whole process, on the same file in the same run (best of `repeats`
+each, alternating): `dry_run_over_load` (goal <= 10, beyond that 3).
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ from __future__ import annotations
 import cProfile
 import io
 import json
+import os
 import pstats
+import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -166,6 +175,31 @@ def overloaded(instance: Instance, catalog: Catalog, nodes: int, pods: int) -> d
     }
 
 
+def _process_s(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def dry_run(text: str, repeats: int) -> dict[str, Any]:
+    """`migctl plan --snapshot FILE -o json` and `json.load` of FILE, each as a whole process, best of `repeats`
+    (alternating, so a busy machine slows both alike)."""
+    fd, path = tempfile.mkstemp(prefix="migctl-scale-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        load = [sys.executable, "-c", f"import json; json.load(open({path!r}))"]
+        plan_cmd = [sys.executable, "-c", "from migctl.cli import main; main()", "plan", "--snapshot", path, "-o",
+                    "json"]  # fmt: skip
+        load_s = plan_s = float("inf")
+        for _ in range(max(1, repeats)):
+            load_s = min(load_s, _process_s(load))
+            plan_s = min(plan_s, _process_s(plan_cmd))
+    finally:
+        os.unlink(path)
+    return {"load_process_s": load_s, "dry_run_process_s": plan_s, "dry_run_over_load": plan_s / load_s}
+
+
 def run(
     nodes: int = 1000,
     pods: int = 10_000,
@@ -187,6 +221,7 @@ def run(
         forget_parsed()
         return snapshot_from_objects(objects, catalog)
 
+    whole = dry_run(text, repeats)
     adapter_s, snap = best_of(cold, repeats)
     adapter_warm_s, _ = best_of(lambda: snapshot_from_objects(objects, catalog), repeats)
     plan_s, result = best_of(lambda: plan(snap), repeats)
@@ -211,6 +246,7 @@ def run(
         "plan_s": plan_s,
         "plan_over_parse": plan_s / parse_s,
         "adapter_plus_plan_over_parse": (adapter_s + plan_s) / parse_s,
+        **whole,
         "pods_placed": s.pods_placed,
         "placed_by_tier": list(tiers),
         "gpus_reconfigured": s.gpus_reconfigured,

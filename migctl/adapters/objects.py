@@ -21,7 +21,7 @@ import yaml
 
 from migctl.core.catalog import Catalog, GpuModel
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Requirement, Resources, Snapshot, Taint, Term, Toleration
-from migctl.core.demand import effective_requests
+from migctl.core.demand import effective_requests, shared_instances
 from migctl.core.inventory import INVENTORY_ANNOTATION, Inventory, parse_inventory
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
 from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
@@ -139,6 +139,18 @@ def _to_int(value: Decimal, where: str) -> int:
     return int(value)
 
 
+def _vram_demands(
+    containers: Sequence[Mapping[str, Decimal]], inits: Sequence[tuple[Mapping[str, Decimal], bool]], res: str
+) -> list[GpuDemand]:
+    """One instance per container with a VRAM request, plain init containers sharing (`shared_instances`)."""
+
+    def mib(r: Mapping[str, Decimal]) -> int:
+        return max(0, math.ceil(r.get(res, Decimal(0)) / MIB))
+
+    sizes, _ = shared_instances([(mib(r), restartable) for r, restartable in inits], [mib(r) for r in containers])
+    return [GpuDemand("vram", n, vram_mib=m) for m, n in sorted(Counter(sizes).items())]
+
+
 def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings) -> Pod:
     """Translate one Pod; raises ValueError naming the field on nonsense (the caller records a rejection)."""
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
@@ -161,7 +173,7 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings) -> Pod:
         elif res == settings.vram_resource:
             if value <= 0:
                 raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
-            demands.append(GpuDemand("vram", 1, vram_mib=math.ceil(value / MIB)))
+            demands.extend(_vram_demands(containers, inits, res))
     need = None
     annotations = meta.get("annotations") or {}
     if settings.vram_annotation in annotations:
@@ -179,18 +191,38 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings) -> Pod:
         requests=Resources(math.ceil(eff.get("cpu", Decimal(0)) * 1000), math.ceil(eff.get("memory", Decimal(0))), 1),
         gpu=tuple(demands),
         need_mib=need,
-        node_selector=tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())),
+        node_selector=_node_selector(spec),
         affinity=_terms(spec),
-        tolerations=tuple(
-            Toleration(
-                t.get("key") or "", t.get("operator") or "Equal", str(t.get("value") or ""), t.get("effect") or ""
-            )
-            for t in spec.get("tolerations") or []
-        ),
+        tolerations=_tolerations(spec),
         unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
         created=str(meta.get("creationTimestamp") or ""),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         gpu_index=_gpu_index(annotations),
+    )
+
+
+def _node_selector(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(t.get("key") or "", t.get("operator") or "Equal", str(t.get("value") or ""), t.get("effect") or "")
+        for t in spec.get("tolerations") or []
+    )
+
+
+def placement_from_object(obj: Mapping[str, Any]) -> Pod:
+    """Only what decides where a pod may run (nodeSelector, required node affinity, tolerations): for the
+    admission webhook, which must place a pod whose resources it is about to rewrite. Raises ValueError (or
+    KeyError, TypeError) on a malformed affinity, as `pod_from_object` does."""
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    return Pod(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        node_selector=_node_selector(spec),
+        affinity=_terms(spec),
+        tolerations=_tolerations(spec),
     )
 
 

@@ -29,6 +29,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="migctl", message="%(prog)s %(version)s")
 def cli() -> None:
     """migctl: plans and applies MIG layouts so pending GPU pods fit and no memory is stranded."""
 

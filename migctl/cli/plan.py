@@ -13,7 +13,7 @@ from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.core.catalog import Catalog, load_catalog
-from migctl.core.cluster import Snapshot
+from migctl.core.cluster import Pod, Snapshot
 from migctl.core.geometry import describe
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
@@ -87,7 +87,7 @@ def plan_command(
         source = "live cluster"
     snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
     result = make_plan(snapshot, settings)
-    fallback = fallback_section(objects, catalog, settings, cfg.fallback)
+    fallback = fallback_section(objects, catalog, settings, cfg.fallback, snapshot)
     vram = vram_requests_section(objects, snapshot, settings, cfg.webhook)
     if output == "json":
         emit_json({**result.to_dict(), "fallback": fallback, "vram_requests": vram})
@@ -158,13 +158,18 @@ def render_text(p: Plan, source: str, n_nodes: int, explain: bool, all_nodes: bo
 
 
 def fallback_section(
-    objects: list[dict[str, Any]], catalog: Catalog, planner: PlannerSettings, settings: FallbackSettings
+    objects: list[dict[str, Any]],
+    catalog: Catalog,
+    planner: PlannerSettings,
+    settings: FallbackSettings,
+    snapshot: Snapshot | None = None,
 ) -> dict[str, Any]:
-    """Where migctl's fallback scheduler would put pending `schedulerName: migctl` pods, per GPU."""
+    """Where migctl's fallback scheduler would put pending `schedulerName: migctl` pods, per GPU (from the plan's
+    own snapshot when given: the objects are read once)."""
     from migctl.core.vram_fit import report
     from migctl.fallback.capacity import fallback_view
 
-    view = fallback_view(objects, catalog, settings, planner)
+    view = fallback_view(objects, catalog, settings, planner, snapshot)
     return report(view.nodes, view.pods, settings.resource, settings.unit_bytes)
 
 
@@ -207,14 +212,19 @@ def vram_requests_section(
 ) -> list[dict[str, Any]]:
     """The webhook's decision for each pending pod that asks for VRAM on the default scheduler.
 
-    Offline there are no namespace labels, so the namespace opt-out is not applied (the pod annotation is).
+    The pods' placement comes from the plan's snapshot (read once), and one `OfferIndex` serves every pod, so
+    the cost is per pod kind and GPU class. Offline there are no namespace labels, so the namespace opt-out is
+    not applied (the pod annotation is).
     """
-    from migctl.core.vram_request import decide, offers_from_snapshot, vram_requests
+    from migctl.adapters.objects import placement_from_object
+    from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
+    from migctl.core.vram_request import asks_for_vram, decide
     from migctl.webhook.settings import WebhookSettings
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)
-    offers = offers_from_snapshot(snapshot, planner)
+    index = OfferIndex(offers_from_snapshot(snapshot, planner))
+    read = {p.key: p for p in snapshot.pods}
     out: list[dict[str, Any]] = []
     for obj in objects:
         if obj.get("kind") != "Pod":
@@ -224,11 +234,16 @@ def vram_requests_section(
             continue
         if spec.get("schedulerName") == rules.fallback_scheduler:
             continue  # the fallback section shows these
-        wanted, problems = vram_requests(obj, rules)
-        if not wanted and not problems:
+        if not asks_for_vram(obj, rules):
             continue
         pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        out.append({"pod": pod, **decide(obj, offers, rules).to_dict()})
+        placement: Pod | str | None = read.get(pod)
+        if placement is None:  # a pod the adapter rejected (its reason is in the plan): read only its placement
+            try:
+                placement = placement_from_object(obj)
+            except (ValueError, KeyError, TypeError) as e:
+                placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"
+        out.append({"pod": pod, **decide(obj, placement, index, rules).to_dict()})
     return out
 
 

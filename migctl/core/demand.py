@@ -3,6 +3,10 @@
 Kubernetes computes a pod's effective request per resource as the larger of (the sum over app containers) and
 (the largest init container), plus pod overhead; extended resources such as `nvidia.com/mig-1g.10gb` follow the
 same rule. The planner uses the result, so an init container that needs a whole GPU counts.
+
+VRAM requests (`migctl.io/vram`) are not counted that way: each container that asks for VRAM gets an instance
+of its own, so a pod's VRAM demand is a list of instances (`shared_instances`), the rule the admission webhook
+follows when it writes the MIG resources (docs/vram-requests.md).
 """
 
 from __future__ import annotations
@@ -69,3 +73,48 @@ def need_mib(demand: GpuDemand, profile_mib: int, annotated: int | None) -> int:
 
 def largest_instance_mib(models: Iterable[GpuModel]) -> int:
     return max((p.memory_mib for m in models for p in m.base_profiles), default=0)
+
+
+def shared_instances(inits: Sequence[tuple[int, bool]], apps: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The GPU instances a pod holds when each container with a VRAM request gets one, and which one each uses.
+
+    `inits` are `(MiB, restartable)` in spec order, `apps` the app containers' MiB (0: no request). Returns
+    (MiB each instance must hold, the instance index of each container: inits then apps; -1 without a request).
+
+    App containers and sidecars (restartable init containers) run side by side: one instance each. A plain init
+    container runs alone before the app containers, and the kubelet hands its device on to a later container of
+    the same resource; Kubernetes counts it at max(init, sum of app containers + sidecars) for the pod's whole
+    life. So a plain init container shares the largest instance of a container declared after it (a later
+    sidecar or an app container), which grows to hold it: that instance's profile then covers both, and the
+    effective request counts one instance, not two. Plain init containers with no later container share one
+    instance of their own. `effective_requests` of the resulting profiles is exactly one per instance.
+    """
+    sizes: list[int] = []
+    owner: list[int] = []  # the container position (inits then apps) that opened each instance
+    where = [-1] * (len(inits) + len(apps))
+    for pos, (mib, restartable) in enumerate(inits):
+        if mib > 0 and restartable:
+            where[pos] = len(sizes)
+            sizes.append(mib)
+            owner.append(pos)
+    for i, mib in enumerate(apps):
+        if mib > 0:
+            where[len(inits) + i] = len(sizes)
+            sizes.append(mib)
+            owner.append(len(inits) + i)
+    alone = -1  # the instance of plain init containers with no later container
+    for pos, (mib, restartable) in enumerate(inits):
+        if mib <= 0 or restartable:
+            continue
+        later = [k for k in range(len(sizes)) if owner[k] > pos]
+        if later:
+            k = max(later, key=lambda k: (sizes[k], -owner[k]))  # the largest; the first declared on a tie
+        else:
+            if alone < 0:
+                alone = len(sizes)
+                sizes.append(0)
+                owner.append(-1)
+            k = alone
+        sizes[k] = max(sizes[k], mib)
+        where[pos] = k
+    return sizes, where

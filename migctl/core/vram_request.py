@@ -1,230 +1,89 @@
 """VRAM-native pod requests: which MIG profile a pod asking for `migctl.io/vram: 7Gi` should ask for instead.
 
-Pure decision logic shared by the admission webhook (`migctl webhook`) and `migctl plan` (docs/vram-requests.md):
+Pure decision logic shared by the admission webhook (`migctl webhook`) and `migctl plan` (docs/vram-requests.md).
+`decide` turns one Pod object (a plain dict, as the API server sends it) and its placement (the core `Pod` the
+adapter reads: selector, affinity, tolerations) into a `VramDecision`: leave it alone, rewrite it, or reject
+it with a message. `vram_offers` holds the cluster side, `vram_choice` the records, `vram_rewrite` the
+rewritten Pod object.
 
-- `offers_from_snapshot` summarises the cluster per GPU model (live profile memory, the products seen, and per
-  node: free instances, free whole GPUs, idle GPUs migctl may reshape).
-- `decide` turns one Pod object (a plain dict, as the API server sends it) into a `VramDecision`: leave it
-  alone, rewrite it, or reject it with a message.
-- `apply` returns the rewritten Pod object (resources, node affinity, annotations).
-
-Rules, in order:
+It decides by the planner's own rules, so the two cannot disagree:
 
 1. Leave alone: the pod opts out (annotation `migctl.io/webhook: disabled`, or its namespace carries that label),
    it uses migctl's fallback scheduler (`schedulerName: migctl`, non-MIG GPUs), it already names a GPU resource
    (`nvidia.com/gpu`, `nvidia.com/mig-*`) in any container, it requests no VRAM, or no MIG-capable GPU is known.
-2. Every container (app, init, sidecar) with a VRAM request gets its own instance: `nvidia.com/mig-<p>: 1` with
-   `p` the smallest plain profile whose memory covers that container's request. All of a pod's instances are on
-   one node, so one GPU model is chosen for the whole pod. Kubernetes' usual rules then apply: init containers
-   run one at a time and the device plugin hands their instance on, so a pod's effective need per profile is
-   max(largest init container, sum of app containers + sidecars).
-3. The model: among the models present (restricted to nodes the pod's own nodeSelector/required node affinity
-   allows), those that serve every container; ranked by (a) capacity exists or can be planned, (b) fewer whole
-   GPUs, (c) least waste (instance memory minus request, summed), (d) capacity now before capacity after a
-   reshape, (e) model id. "Capacity exists" = one node has enough free instances of every chosen profile now;
-   "can be planned" = one schedulable node migctl may reconfigure has enough idle GPUs (no instance in use) to
-   be reshaped into them. Both are hints from a periodic view, not reservations.
-4. Affinity: the pod is restricted (`nvidia.com/gpu.product In [...]`, ANDed into every existing required
+2. Instances: `demand.shared_instances`, the rule the planner reads VRAM pods by. Each app container and
+   sidecar with a VRAM request gets its own instance; a plain init container shares the largest instance of a
+   later container, which grows to hold it (Kubernetes counts an init container's request for the pod's whole
+   life, and the kubelet hands the device on). Each container asks for `nvidia.com/mig-<p>: 1`, `p` the first
+   of `demand.profiles_for` for its instance's memory; the effective request is one instance per instance.
+3. Nodes: the planner's `placement.static_misfit` (nodeSelector, required node affinity, taints, cordon).
+4. The model: among the models on those nodes, those that serve every instance; ranked by (a) capacity exists
+   or can be planned, (b) fewer whole GPUs, (c) least waste (instance memory minus need, summed over
+   instances), (d) capacity now before capacity after a reshape, (e) model id. "Capacity exists" = one node
+   has enough free instances of every chosen profile now; "can be planned" = one schedulable node migctl may
+   reconfigure has enough idle GPUs to be reshaped into valid layouts holding them (the exact geometry). Both
+   are hints from a periodic view, not reservations.
+5. Affinity: the pod is restricted (`nvidia.com/gpu.product In [...]`, ANDed into every existing required
    nodeSelectorTerm, or a new term) to the products of the models present that have each chosen profile with
-   enough memory for the container that uses it (the labels seen on nodes, plus the catalog's product names).
-5. A request no MIG instance of any model covers is rejected with a clear message, or, when `whole_gpu` is
+   enough memory for its instance (the labels seen on nodes, plus the catalog's product names).
+6. A request no MIG instance of any model covers is rejected with a clear message, or, when `whole_gpu` is
    allowed and a model's whole GPU covers it, served by `nvidia.com/gpu: 1` (MIG disabled on that GPU).
 
-The original request is kept in the `migctl.io/vram` annotation (the largest container request, a single
-quantity the planner reads as the real need) and the full choice in `migctl.io/vram-choice` (JSON).
+The cost of a decision is per GPU class (`vram_offers.OfferIndex`), and decisions are remembered per pod kind.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 
 from migctl.core.catalog import GpuModel, round_gib
-from migctl.core.cluster import Requirement, Snapshot, Term
-from migctl.core.demand import effective_requests
+from migctl.core.cluster import GpuDemand, Pod
+from migctl.core.demand import effective_requests, profiles_for, shared_instances
 from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
+from migctl.core.placement import signature
 from migctl.core.quantity import MIB, parse_quantity
-from migctl.core.settings import PlannerSettings
+from migctl.core.vram_choice import (
+    CHOICE_ANNOTATION,
+    OPT_OUT_KEY,
+    OPT_OUT_VALUE,
+    ContainerChoice,
+    VramDecision,
+    VramRules,
+    waste_of,
+)
+from migctl.core.vram_offers import (
+    CAPACITY_RANK,
+    PRODUCT_LABEL,
+    WHOLE,
+    Capacity,
+    ModelOffer,
+    NodeOffer,
+    OfferIndex,
+    offers_from_snapshot,
+)
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-CHOICE_ANNOTATION = "migctl.io/vram-choice"
-OPT_OUT_KEY = "migctl.io/webhook"
-OPT_OUT_VALUE = "disabled"
-WHOLE = "gpu"  # the `profile` of a whole-GPU choice
-
-Capacity = Literal["free", "plannable", "none"]
-_CAPACITY_RANK = {"free": 0, "plannable": 1, "none": 2}
-
-
-@dataclass(frozen=True)
-class VramRules:
-    """The knobs of the decision (from the planner settings and the `webhook:` section)."""
-
-    resource: str = "migctl.io/vram"  # the extended resource pods ask for
-    annotation: str = "migctl.io/vram"  # where the original request is kept (the planner reads it)
-    fallback_scheduler: str = "migctl"  # pods of this scheduler belong to the non-MIG fallback
-    whole_gpu: bool = False  # serve a request larger than every MIG instance with a whole GPU
-    opt_out_key: str = OPT_OUT_KEY  # namespace label / pod annotation ...
-    opt_out_value: str = OPT_OUT_VALUE  # ... with this value: leave the pod alone
-
-    @classmethod
-    def from_planner(cls, planner: PlannerSettings, **kw: Any) -> VramRules:
-        return cls(resource=planner.vram_resource, annotation=planner.vram_annotation, **kw)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The cluster, summarised per GPU model
-
-
-@dataclass(frozen=True)
-class NodeOffer:
-    """What one node of a model can give a new pod now, or after migctl reshapes its idle GPUs."""
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    free: Mapping[str, int] = field(default_factory=dict)  # profile -> free instances now
-    whole_free: int = 0  # free `nvidia.com/gpu` now
-    idle: int = 0  # GPUs nothing runs on, on a node migctl may reconfigure
-    idle_mig: int = 0  # ... of those, the ones that can hold MIG instances (MIG on, or mode changes allowed)
-    idle_whole: int = 0  # ... the ones that can become a whole GPU (MIG off, or mode changes allowed)
-
-
-@dataclass(frozen=True)
-class ModelOffer:
-    """One GPU model as present in the cluster (live memory applied) and its nodes."""
-
-    model: GpuModel
-    products: tuple[str, ...]  # `nvidia.com/gpu.product` values seen on its nodes
-    nodes: tuple[NodeOffer, ...]
-
-
-def _model_key(m: GpuModel) -> tuple[object, ...]:
-    return (m.id, m.memory_mib, tuple((p.name, p.memory_mib) for p in m.profiles))
-
-
-def offers_from_snapshot(snapshot: Snapshot, planner: PlannerSettings | None = None) -> tuple[ModelOffer, ...]:
-    """Group the snapshot's MIG-capable nodes by model (and live memory: drivers may differ between nodes)."""
-    planner = planner or PlannerSettings()
-    groups: dict[tuple[object, ...], tuple[GpuModel, list[str], list[NodeOffer]]] = {}
-    for n in snapshot.nodes:
-        if n.model is None:
-            continue
-        may_reshape = not n.frozen_reason and not n.unschedulable and n.labels.get(planner.exclude_label) != "true"
-        idle = idle_mig = idle_whole = 0
-        if may_reshape:
-            for g in n.gpus:
-                if g.busy is not False:
-                    continue
-                idle += 1
-                if g.config.mig_enabled or planner.allow_mig_mode_change:
-                    idle_mig += 1
-                if not g.config.mig_enabled or planner.allow_mig_mode_change:
-                    idle_whole += 1
-        offer = NodeOffer(
-            name=n.name,
-            labels=dict(n.labels),
-            free={p: c for p, c in n.mig_free.items() if c > 0},
-            whole_free=n.whole_free,
-            idle=idle,
-            idle_mig=idle_mig,
-            idle_whole=idle_whole,
-        )
-        key = _model_key(n.model)
-        _, products, nodes = groups.setdefault(key, (n.model, [], []))
-        product = n.labels.get(PRODUCT_LABEL, "")
-        if product and product not in products:
-            products.append(product)
-        nodes.append(offer)
-    return tuple(
-        ModelOffer(model, tuple(sorted(products)), tuple(sorted(nodes, key=lambda o: o.name)))
-        for model, products, nodes in sorted(groups.values(), key=lambda g: (g[0].id, g[0].memory_mib))
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The decision
-
-
-@dataclass(frozen=True)
-class ContainerChoice:
-    """What one container asked for and what it gets."""
-
-    name: str
-    index: int  # position in spec.containers or spec.initContainers
-    init: bool
-    request: str  # the original quantity, as written
-    request_mib: int
-    profile: str = ""  # MIG profile, or "gpu" for a whole GPU
-    resource: str = ""  # nvidia.com/mig-<p> or nvidia.com/gpu
-    instance_mib: int = 0
-    sidecar: bool = False  # an init container with restartPolicy: Always (runs alongside the app containers)
-
-    @property
-    def waste_mib(self) -> int:
-        return max(0, self.instance_mib - self.request_mib)
-
-    @property
-    def where(self) -> str:
-        return f"{'initContainers' if self.init else 'containers'}[{self.index}] {self.name!r}"
-
-
-@dataclass(frozen=True)
-class VramDecision:
-    action: Literal["leave", "rewrite", "reject"]
-    reason: str
-    choices: tuple[ContainerChoice, ...] = ()
-    model: str = ""  # model id the choice was made for
-    products: tuple[str, ...] = ()  # the affinity's product values
-    capacity: Capacity | None = None
-    node: str = ""  # the node with that capacity (a hint)
-    alternatives: tuple[str, ...] = ()  # other models that could serve, ranked, for the message
-
-    @property
-    def waste_mib(self) -> int:
-        return sum(c.waste_mib for c in self.choices)
-
-    @property
-    def message(self) -> str:
-        """One paragraph for an Event or a rejection: what was chosen and why."""
-        if self.action != "rewrite":
-            return self.reason
-        parts = [
-            f"{c.name}: {c.request} ({c.request_mib} MiB) -> {c.resource} ({c.instance_mib} MiB, {c.waste_mib} MiB "
-            "spare)"
-            for c in self.choices
-        ]
-        text = f"{'; '.join(parts)} on {self.model} ({', '.join(self.products)}): {self.reason}"
-        if self.alternatives:
-            text += f"; also possible: {', '.join(self.alternatives)}"
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "reason": self.reason,
-            "model": self.model or None,
-            "products": list(self.products),
-            "capacity": self.capacity,
-            "node": self.node or None,
-            "waste_mib": self.waste_mib,
-            "containers": [
-                {
-                    "name": c.name,
-                    "init": c.init,
-                    "request": c.request,
-                    "request_mib": c.request_mib,
-                    "profile": c.profile or None,
-                    "resource": c.resource or None,
-                    "instance_mib": c.instance_mib or None,
-                }
-                for c in self.choices
-            ],
-        }
+__all__ = [
+    "CHOICE_ANNOTATION",
+    "OPT_OUT_KEY",
+    "OPT_OUT_VALUE",
+    "PRODUCT_LABEL",
+    "WHOLE",
+    "Capacity",
+    "ContainerChoice",
+    "ModelOffer",
+    "NodeOffer",
+    "OfferIndex",
+    "VramDecision",
+    "VramRules",
+    "asks_for_vram",
+    "decide",
+    "offers_from_snapshot",
+    "vram_requests",
+]
 
 
 def _leave(reason: str) -> VramDecision:
@@ -242,8 +101,16 @@ def _names_gpu(resource: str) -> bool:
     return resource == WHOLE_GPU_RESOURCE or resource.startswith(RESOURCE_PREFIX)
 
 
+def asks_for_vram(pod: Mapping[str, Any], rules: VramRules) -> bool:
+    """Whether any container names the VRAM resource (a cheap test before `decide`, for a list of pods)."""
+    spec = pod.get("spec") or {}
+    return any(rules.resource in _resources(c) for key in ("containers", "initContainers") for c in spec.get(key) or [])
+
+
 def vram_requests(pod: Mapping[str, Any], rules: VramRules) -> tuple[list[ContainerChoice], list[str]]:
-    """Each container's VRAM request (app containers first, then init containers), and problems reading them."""
+    """Each container's VRAM request (app containers first, then init containers), and problems reading them.
+
+    Each comes with the instance it uses and what that instance must hold (`demand.shared_instances`)."""
     spec = pod.get("spec") or {}
     out: list[ContainerChoice] = []
     problems: list[str] = []
@@ -265,98 +132,71 @@ def vram_requests(pod: Mapping[str, Any], rules: VramRules) -> tuple[list[Contai
                 continue
             sidecar = init and c.get("restartPolicy") == "Always"
             out.append(ContainerChoice(name, i, init, str(raw), math.ceil(value / MIB), sidecar=sidecar))
+    if out and not problems:
+        n_init, n_app = len(spec.get("initContainers") or []), len(spec.get("containers") or [])
+        inits = [(0, False)] * n_init
+        apps = [0] * n_app
+        for c in out:
+            if c.init:
+                inits[c.index] = (c.request_mib, c.sidecar)
+            else:
+                apps[c.index] = c.request_mib
+        sizes, where = shared_instances(inits, apps)
+        out = [
+            replace(c, instance=(k := where[c.index if c.init else n_init + c.index]), shared_mib=sizes[k]) for c in out
+        ]
     return out, problems
-
-
-def _pod_terms(spec: Mapping[str, Any]) -> tuple[dict[str, str], tuple[Term, ...]]:
-    selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
-    na = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = []
-    for t in na.get("nodeSelectorTerms") or []:
-        exprs = tuple(
-            Requirement(str(e.get("key")), str(e.get("operator")), tuple(str(v) for v in e.get("values") or ()))
-            for e in t.get("matchExpressions") or []
-        )
-        fields = tuple(
-            Requirement(str(e.get("key")), str(e.get("operator")), tuple(str(v) for v in e.get("values") or ()))
-            for e in t.get("matchFields") or []
-        )
-        terms.append(Term(exprs, fields))
-    return selector, tuple(terms)
-
-
-def _allowed(node: NodeOffer, selector: Mapping[str, str], terms: Sequence[Term]) -> bool:
-    if any(node.labels.get(k) != v for k, v in selector.items()):
-        return False
-    return not terms or any(t.matches(node.name, node.labels) for t in terms)
 
 
 @dataclass(frozen=True)
 class _Candidate:
-    offer: ModelOffer
+    offer: int  # index into the OfferIndex
+    model: GpuModel
     choices: tuple[ContainerChoice, ...]
     capacity: Capacity
     node: str
 
     @property
     def wholes(self) -> int:
-        return sum(1 for c in self.choices if c.profile == WHOLE)
+        return len({c.instance for c in self.choices if c.profile == WHOLE})
 
     @property
     def waste(self) -> int:
-        return sum(c.waste_mib for c in self.choices)
+        return waste_of(self.choices)
 
     def rank(self) -> tuple[object, ...]:
         available = 0 if self.capacity != "none" else 1
-        return (available, self.wholes, self.waste, _CAPACITY_RANK[self.capacity], self.offer.model.id)
+        return (available, self.wholes, self.waste, CAPACITY_RANK[self.capacity], self.model.id)
 
     def summary(self) -> str:
-        what = "+".join(c.profile for c in self.choices)
-        return f"{self.offer.model.id} {what} ({self.waste} MiB spare, {_capacity_words(self.capacity)})"
+        held = _counts(self.choices)
+        what = "+".join(f"{n}×{p}" if n > 1 else p for p, n in sorted(held.items()))
+        return f"{self.model.id} {what} ({self.waste} MiB spare, {_capacity_words(self.capacity)})"
 
 
 def _capacity_words(c: Capacity) -> str:
     return {"free": "free now", "plannable": "after a reshape", "none": "no capacity yet"}[c]
 
 
-def _serve(model: GpuModel, request_mib: int, whole_gpu: bool) -> tuple[str, int] | None:
-    """(profile, instance MiB) of the smallest plain profile covering the request; a whole GPU if allowed."""
-    fits = [p for p in model.base_profiles if p.memory_mib >= request_mib]
+def _serve(model: GpuModel, need_mib: int, whole_gpu: bool) -> tuple[str, int] | None:
+    """(profile, instance MiB) of the planner's first choice for this much VRAM; a whole GPU if allowed."""
+    fits = profiles_for(model, GpuDemand("vram", 1, vram_mib=need_mib))
     if fits:
-        best = min(fits, key=lambda p: (p.memory_mib, p.compute_slices, p.name))
-        return best.name, best.memory_mib
-    if whole_gpu and model.memory_mib >= request_mib:
+        return fits[0].name, fits[0].memory_mib
+    if whole_gpu and model.memory_mib >= need_mib:
         return WHOLE, model.memory_mib
     return None
 
 
 def _counts(choices: Sequence[ContainerChoice]) -> dict[str, int]:
-    """Instances the pod holds per profile, with Kubernetes' effective-request rule (init containers reuse)."""
+    """Instances the pod holds per profile: Kubernetes' effective-request rule over the rewritten containers."""
     apps = [{c.profile: Decimal(1)} for c in choices if not c.init]
-    inits = [({c.profile: Decimal(1)}, c.sidecar) for c in choices if c.init]
+    inits = [({c.profile: Decimal(1)}, c.sidecar) for c in sorted(choices, key=lambda c: c.index) if c.init]
     return {k: int(v) for k, v in effective_requests(apps, inits).items()}
 
 
-def _node_capacity(model: GpuModel, node: NodeOffer, counts: Mapping[str, int]) -> Capacity:
-    mig = {p: n for p, n in counts.items() if p != WHOLE}
-    whole = counts.get(WHOLE, 0)
-    mig_now = all(node.free.get(p, 0) >= n for p, n in mig.items())
-    if mig_now and node.whole_free >= whole:
-        return "free"
-    whole_short = max(0, whole - node.whole_free)
-    mig_gpus = 0
-    if not mig_now:
-        slices = sum(model.profile(p).memory_slices * n for p, n in mig.items())
-        mig_gpus = math.ceil(slices / model.placement_units)
-    if whole_short <= node.idle_whole and mig_gpus <= node.idle_mig and whole_short + mig_gpus <= node.idle:
-        return "plannable"
-    return "none"
-
-
 def _products(offers: Iterable[ModelOffer], choices: Sequence[ContainerChoice]) -> tuple[str, ...]:
-    """Products of the models present that give every chosen profile enough memory for its container.
+    """Products of the models present that give every chosen profile enough memory for its instance.
 
     Both the `nvidia.com/gpu.product` values seen on nodes and the catalog's names for the same model, so a new
     node of that model (another form factor) qualifies too.
@@ -366,10 +206,10 @@ def _products(offers: Iterable[ModelOffer], choices: Sequence[ContainerChoice]) 
         ok = True
         for c in choices:
             if c.profile == WHOLE:
-                ok = ok and o.model.memory_mib >= c.request_mib
+                ok = ok and o.model.memory_mib >= c.shared_mib
             else:
                 p = next((q for q in o.model.base_profiles if q.name == c.profile), None)
-                ok = ok and p is not None and p.memory_mib >= c.request_mib
+                ok = ok and p is not None and p.memory_mib >= c.shared_mib
         if ok:
             out.update(o.products)
             out.update(o.model.gfd_products)  # the same model under its other product names (PCIe, SXM)
@@ -378,11 +218,16 @@ def _products(offers: Iterable[ModelOffer], choices: Sequence[ContainerChoice]) 
 
 def decide(
     pod: Mapping[str, Any],
-    offers: Sequence[ModelOffer],
+    placement: Pod | str,
+    offers: Sequence[ModelOffer] | OfferIndex,
     rules: VramRules | None = None,
     namespace_labels: Mapping[str, str] | None = None,
 ) -> VramDecision:
-    """What to do with one Pod object at creation (see the module docstring for the rules)."""
+    """What to do with one Pod object at creation (see the module docstring for the rules).
+
+    `placement` is the pod as the planner reads it (only its selector, affinity and tolerations are used), or
+    why the adapter could not read it (a pod that asks for VRAM is then rejected with that message). Pass
+    one `OfferIndex` for many pods: the decision for a pod of a kind it has seen is remembered."""
     rules = rules or VramRules()
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -409,42 +254,53 @@ def decide(
         return VramDecision("reject", f"invalid {rules.resource} request: {'; '.join(problems)}")
     if not wanted:
         return _leave(f"no {rules.resource} request")
-    if not offers:
+    if isinstance(placement, str):
+        return VramDecision("reject", placement)
+    index = offers if isinstance(offers, OfferIndex) else OfferIndex(offers)
+    if not index.offers:
         return _leave("no MIG-capable GPU node is known in the cluster")
+    key = (signature(placement), tuple(wanted), rules)
+    hit = index.memo.get(key)
+    if hit is None:
+        hit = index.memo[key] = _choose(placement, wanted, index, rules)
+    assert isinstance(hit, VramDecision)
+    return hit
 
-    selector, terms = _pod_terms(spec)
-    usable = []
-    for o in offers:
-        nodes = tuple(n for n in o.nodes if _allowed(n, selector, terms))
-        if nodes:
-            usable.append(ModelOffer(o.model, o.products, nodes))
-    if not usable:
+
+def _choose(placement: Pod, wanted: list[ContainerChoice], index: OfferIndex, rules: VramRules) -> VramDecision:
+    """The model and profiles for a pod that asks for VRAM; per GPU class the pod may reach."""
+    reach = index.reach(placement)
+    if not reach.any:
         return VramDecision(
             "reject",
-            f"the pod's nodeSelector/node affinity allows none of the MIG-capable GPU nodes "
-            f"({', '.join(o.model.id for o in offers)}); no MIG profile can be chosen for its {rules.resource} request",
+            f"no MIG-capable GPU node can ever run the pod ({reach.why_not}; models "
+            f"{', '.join(o.model.id for o in index.offers)}); no MIG profile can be chosen for its {rules.resource} "
+            "request",
         )
-
+    usable = [i for i, classes in enumerate(reach.classes) if classes]
     candidates: list[_Candidate] = []
-    for o in usable:
+    for i in usable:
+        model = index.offers[i].model
         chosen: list[ContainerChoice] = []
         for c in wanted:
-            served = _serve(o.model, c.request_mib, rules.whole_gpu)
+            served = _serve(model, c.shared_mib, rules.whole_gpu)
             if served is None:
                 break
             profile, mib = served
             resource = WHOLE_GPU_RESOURCE if profile == WHOLE else resource_name(profile)
             chosen.append(replace(c, profile=profile, resource=resource, instance_mib=mib))
         else:
-            counts = _counts(chosen)
+            counts = tuple(sorted(_counts(chosen).items()))
             best: tuple[Capacity, str] = ("none", "")
-            for n in o.nodes:
-                cap = _node_capacity(o.model, n, counts)
-                if _CAPACITY_RANK[cap] < _CAPACITY_RANK[best[0]]:
-                    best = (cap, n.name)
-            candidates.append(_Candidate(o, tuple(chosen), best[0], best[1]))
+            for cls, node in reach.classes[i]:  # by node name: the first node of the best capacity is named
+                cap = index.capacity(i, cls, counts)
+                if CAPACITY_RANK[cap] < CAPACITY_RANK[best[0]]:
+                    best = (cap, node)
+                    if cap == "free":
+                        break
+            candidates.append(_Candidate(i, model, tuple(chosen), *best))
     if not candidates:
-        return VramDecision("reject", _too_large(wanted, usable, rules))
+        return VramDecision("reject", _too_large(wanted, [index.offers[i] for i in usable], rules))
 
     candidates.sort(key=lambda c: c.rank())
     top = candidates[0]
@@ -462,11 +318,12 @@ def decide(
         "rewrite",
         "; ".join(why),
         top.choices,
-        top.offer.model.id,
-        _products(usable, top.choices),
+        top.model.id,
+        _products([index.offers[i] for i in usable], top.choices),
         top.capacity,
         top.node,
         tuple(c.summary() for c in candidates[1:4]),
+        tuple(sorted(_counts(top.choices).items())),
     )
 
 
@@ -491,76 +348,6 @@ def _too_large(wanted: Sequence[ContainerChoice], offers: Sequence[ModelOffer], 
             )
         else:
             text += f"; no single GPU here has that much memory (largest: {biggest_gpu[0]} MiB, {biggest_gpu[1]})"
-        return text + ". Ask for less, or split the work across containers (each container gets its own instance)."
-    # Not reached: serving is monotonic in the request, so the model that serves the largest request serves all.
+        return text + ". Ask for less, or split the work across app containers (each gets its own instance)."
+    # Not reached: serving is monotonic in the request, and an instance must hold only its largest request.
     return f"no GPU model here can serve {', '.join(f'{c.name}: {c.request}' for c in wanted)}"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The rewrite
-
-
-def _set_resource(container: dict[str, Any], rules: VramRules, choice: ContainerChoice) -> None:
-    res = container.setdefault("resources", {})
-    had_requests = rules.resource in (res.get("requests") or {})
-    for part in ("limits", "requests"):
-        if isinstance(res.get(part), dict):
-            res[part].pop(rules.resource, None)
-    res.setdefault("limits", {})
-    if res["limits"] is None:
-        res["limits"] = {}
-    res["limits"][choice.resource] = "1"
-    if had_requests:
-        res["requests"][choice.resource] = "1"
-    for part in ("limits", "requests"):
-        if part in res and not res[part]:
-            del res[part]
-
-
-def _add_product_term(spec: dict[str, Any], products: Sequence[str]) -> None:
-    expr = {"key": PRODUCT_LABEL, "operator": "In", "values": list(products)}
-    affinity = spec.get("affinity") or {}
-    node_affinity = affinity.get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = list(required.get("nodeSelectorTerms") or [])
-    if terms:
-        terms = [{**t, "matchExpressions": [*(t.get("matchExpressions") or []), expr]} for t in terms]
-    else:
-        terms = [{"matchExpressions": [expr]}]
-    spec["affinity"] = {
-        **affinity,
-        "nodeAffinity": {
-            **node_affinity,
-            "requiredDuringSchedulingIgnoredDuringExecution": {**required, "nodeSelectorTerms": terms},
-        },
-    }
-
-
-def choice_record(decision: VramDecision) -> dict[str, Any]:
-    """The `migctl.io/vram-choice` annotation's content."""
-    return {
-        "model": decision.model,
-        "products": list(decision.products),
-        "containers": [
-            {"name": c.name, "init": c.init, "request": c.request, "resource": c.resource} for c in decision.choices
-        ],
-    }
-
-
-def apply(pod: Mapping[str, Any], decision: VramDecision, rules: VramRules | None = None) -> dict[str, Any]:
-    """The pod after a `rewrite` decision (a deep copy; the input is not changed)."""
-    if decision.action != "rewrite":
-        raise ValueError(f"only a rewrite decision changes a pod, not {decision.action!r}")
-    rules = rules or VramRules()
-    out: dict[str, Any] = copy.deepcopy(dict(pod))
-    spec = out.setdefault("spec", {})
-    for c in decision.choices:
-        _set_resource(spec["initContainers" if c.init else "containers"][c.index], rules, c)
-    _add_product_term(spec, decision.products)
-    meta = out.setdefault("metadata", {})
-    annotations = dict(meta.get("annotations") or {})
-    largest = max(decision.choices, key=lambda c: c.request_mib)
-    annotations[rules.annotation] = largest.request
-    annotations[CHOICE_ANNOTATION] = json.dumps(choice_record(decision), sort_keys=True, separators=(",", ":"))
-    meta["annotations"] = annotations
-    return out

@@ -26,6 +26,7 @@ from migctl.adapters.objects import (
     snapshot_from_objects,
 )
 from migctl.core.catalog import Catalog
+from migctl.core.cluster import Snapshot
 from migctl.core.demand import effective_requests
 from migctl.core.inventory import INVENTORY_ANNOTATION, parse_inventory
 from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
@@ -139,12 +140,16 @@ def fallback_view(
     catalog: Catalog,
     settings: FallbackSettings | None = None,
     planner: PlannerSettings | None = None,
+    snapshot: Snapshot | None = None,
 ) -> FallbackView:
-    """Fallback nodes (GPUs, per-GPU use from pod annotations) and the pending pods migctl must place."""
+    """Fallback nodes (GPUs, per-GPU use from pod annotations) and the pending pods migctl must place.
+
+    `snapshot`: the adapter's reading of the same `objects`, when the caller has one (`migctl plan` parses once)."""
     settings = settings or FallbackSettings()
     planner = planner or PlannerSettings()
     objs = list(objects)
-    snapshot = snapshot_from_objects(objs, catalog, planner, source="fallback")
+    if snapshot is None:
+        snapshot = snapshot_from_objects(objs, catalog, planner, source="fallback")
     by_name = {n.name: n for n in snapshot.nodes}
     view = FallbackView(warnings=list(snapshot.warnings))
     bound: dict[str, list[Mapping[str, Any]]] = {}

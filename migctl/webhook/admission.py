@@ -13,7 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from migctl.core.vram_request import CHOICE_ANNOTATION, ModelOffer, VramDecision, VramRules, apply, decide
+from migctl.adapters.objects import placement_from_object
+from migctl.core.cluster import Pod
+from migctl.core.vram_offers import ModelOffer, OfferIndex
+from migctl.core.vram_request import CHOICE_ANNOTATION, VramDecision, VramRules, decide
+from migctl.core.vram_rewrite import apply
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -82,7 +86,7 @@ def _response(uid: str, allowed: bool = True, **extra: Any) -> dict[str, Any]:
 
 def review(
     body: Any,
-    offers: Sequence[ModelOffer],
+    offers: Sequence[ModelOffer] | OfferIndex,
     rules: VramRules,
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _ns: None,
 ) -> Outcome:
@@ -106,7 +110,11 @@ def review(
     ):
         return Outcome(_response(uid))
     namespace = str(req.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
-    decision = decide(pod, offers, rules, namespace_labels(namespace))
+    try:
+        placement: Pod | str = placement_from_object(pod)
+    except (ValueError, KeyError, TypeError) as e:
+        placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"  # matters only for VRAM pods
+    decision = decide(pod, placement, offers, rules, namespace_labels(namespace))
     dry_run = bool(req.get("dryRun"))
     if decision.action == "leave":
         return Outcome(_response(uid), decision, None, dry_run)

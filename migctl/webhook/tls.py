@@ -19,7 +19,6 @@ import datetime as dt
 import ipaddress
 import logging
 import os
-import shutil
 import ssl
 import tempfile
 import threading
@@ -247,31 +246,27 @@ def service_dns_names(service: str, namespace: str, extra: Sequence[str] = ()) -
 
 
 class ServingContext:
-    """The current server-side `ssl.SSLContext`; `load()` swaps in a new certificate for new connections."""
+    """The current server-side `ssl.SSLContext`; `load()` swaps in a new certificate for new connections.
+
+    `ssl` reads a certificate only from files, so each `load()` writes the pair into a private temporary folder
+    that it removes before returning: nothing is left on disk, whether or not `close()` is ever called."""
 
     def __init__(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="migctl-webhook-tls-"))
-        os.chmod(self._dir, 0o700)
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
-        self._generation = 0
 
     def load(self, cert_pem: bytes, key_pem: bytes) -> None:
-        with self._lock:
-            self._generation += 1
-            cert_path = self._dir / f"tls-{self._generation}.crt"
-            key_path = self._dir / f"tls-{self._generation}.key"
+        with self._lock, tempfile.TemporaryDirectory(prefix="migctl-webhook-tls-") as tmp:
+            folder = Path(tmp)
+            os.chmod(folder, 0o700)
+            cert_path, key_path = folder / "tls.crt", folder / "tls.key"
             fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(key_pem)
             cert_path.write_bytes(cert_pem)
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-            try:
-                ctx.load_cert_chain(str(cert_path), str(key_path))
-            finally:
-                cert_path.unlink(missing_ok=True)
-                key_path.unlink(missing_ok=True)
+            ctx.load_cert_chain(str(cert_path), str(key_path))
             self._context = ctx
 
     @property
@@ -286,4 +281,4 @@ class ServingContext:
         return self._context is not None
 
     def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+        """Nothing to release (kept for callers that stop the server)."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.core.catalog import Catalog
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
-from migctl.core.vram_request import ModelOffer, offers_from_snapshot
+from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class ViewApi(Protocol):
 
 @dataclass(frozen=True)
 class Summary:
-    offers: tuple[ModelOffer, ...] = ()
+    offers: OfferIndex = field(default_factory=lambda: OfferIndex(()))  # GPU classes, and the decisions' memos
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     at: float = 0.0
@@ -58,7 +58,8 @@ class ClusterView:
         objects = self.kube.cluster_objects()
         namespaces = self.kube.namespace_labels()
         snapshot = snapshot_from_objects(objects, self.catalog, self.planner, self.operator, "cluster")
-        summary = Summary(offers_from_snapshot(snapshot, self.planner), namespaces, snapshot.warnings, time.time())
+        index = OfferIndex(offers_from_snapshot(snapshot, self.planner))
+        summary = Summary(index, namespaces, snapshot.warnings, time.time())
         self.summary = summary
         self.ready.set()
         return summary

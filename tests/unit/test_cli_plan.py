@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -84,3 +86,36 @@ def test_live_mode_without_credentials_fails_clearly(tmp_path: Path, monkeypatch
     code, _, err = run("plan", "--kubeconfig", str(empty))
     assert code == 2
     assert "credentials" in err or "kubeconfig" in err.lower()
+
+
+def test_the_objects_are_read_once_for_plan_fallback_and_vram_sections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One snapshot feeds the plan, the fallback section and the VRAM section (the adapter ran twice before)."""
+    import migctl.cli.plan as plan_cli
+    from migctl.adapters import objects
+    from migctl.fallback import capacity
+
+    calls: list[str] = []
+    real = objects.snapshot_from_objects
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        calls.append("snapshot")
+        return real(*a, **kw)
+
+    for module in (objects, plan_cli, capacity):
+        monkeypatch.setattr(module, "snapshot_from_objects", counting)
+    code, out, _ = run("plan", "--example", "-o", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["vram_requests"] and "fallback" in data
+    assert calls == ["snapshot"]
+
+
+def test_vram_section_rows_show_the_instances_each_pod_holds() -> None:
+    code, out, _ = run("plan", "--example", "-o", "json")
+    assert code == 0
+    rows = {r["pod"]: r for r in json.loads(out)["vram_requests"]}
+    rewritten = [r for r in rows.values() if r["action"] == "rewrite"]
+    assert rewritten
+    for r in rewritten:
+        assert sum(r["instances"].values()) >= 1
+        assert set(r["instances"]) == {c["profile"] for c in r["containers"]}

@@ -68,3 +68,11 @@ def test_version() -> None:
     code, out, _ = run("version")
     assert code == 0
     assert out.startswith("migctl ")
+
+
+def test_version_flag_prints_the_same_as_the_subcommand() -> None:
+    from migctl import __version__
+
+    code, out, _ = run("--version")
+    assert code == 0
+    assert out.strip() == f"migctl {__version__}" == run("version")[1].strip()

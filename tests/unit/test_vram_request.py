@@ -7,25 +7,29 @@ from typing import Any
 
 import pytest
 
+from migctl.adapters.objects import placement_from_object
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, Node, Snapshot
 from migctl.core.migparted import GpuConfig
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_request import (
-    CHOICE_ANNOTATION,
-    PRODUCT_LABEL,
-    ModelOffer,
-    NodeOffer,
-    VramRules,
-    apply,
-    decide,
-    offers_from_snapshot,
-)
+from migctl.core.vram_offers import PRODUCT_LABEL, ModelOffer, NodeOffer, offers_from_snapshot
+from migctl.core.vram_request import CHOICE_ANNOTATION, VramDecision, VramRules, decide
+from migctl.core.vram_rewrite import apply
 
 CATALOG = load_catalog()
 H100 = CATALOG.model("h100-80gb")
 A100_40 = CATALOG.model("a100-40gb")
 A30 = CATALOG.model("a30-24gb")
+
+
+def decide_(
+    p: dict[str, Any],
+    offers: list[ModelOffer],
+    rules: VramRules | None = None,
+    ns: dict[str, str] | None = None,
+) -> VramDecision:
+    """The decision with the pod's placement as the adapter reads it (as the webhook and `migctl plan` do)."""
+    return decide(p, placement_from_object(p), offers, rules, ns)
 
 
 def offer(model_id: str, *nodes: NodeOffer, product: str | None = None) -> ModelOffer:
@@ -62,7 +66,7 @@ def c(name: str = "main", vram: str | None = "7Gi", where: str = "limits", **res
     ],
 )
 def test_left_alone(the_pod: dict[str, Any], ns_labels: dict[str, str] | None, why: str) -> None:
-    d = decide(the_pod, [offer("h100-80gb")], VramRules(), ns_labels)
+    d = decide_(the_pod, [offer("h100-80gb")], VramRules(), ns_labels)
     assert d.action == "leave"
     assert why in d.reason
 
@@ -70,11 +74,11 @@ def test_left_alone(the_pod: dict[str, Any], ns_labels: dict[str, str] | None, w
 def test_pod_annotation_opts_out() -> None:
     p = pod(c())
     p["metadata"]["annotations"] = {"migctl.io/webhook": "disabled"}
-    assert decide(p, [offer("h100-80gb")]).action == "leave"
+    assert decide_(p, [offer("h100-80gb")]).action == "leave"
 
 
 def test_no_mig_gpus_known_leaves_the_pod_alone() -> None:
-    d = decide(pod(c()), [])
+    d = decide_(pod(c()), [])
     assert (d.action, d.reason) == ("leave", "no MIG-capable GPU node is known in the cluster")
 
 
@@ -83,7 +87,7 @@ def test_no_mig_gpus_known_leaves_the_pod_alone() -> None:
 
 def test_7gi_on_h100_is_1g_10gb_with_affinity_and_annotations() -> None:
     p = pod(c())
-    d = decide(p, [offer("h100-80gb", NodeOffer("n1", free={"1g.10gb": 2}))])
+    d = decide_(p, [offer("h100-80gb", NodeOffer("n1", free={"1g.10gb": 2}))])
     assert d.action == "rewrite"
     assert [(x.profile, x.resource, x.instance_mib, x.request_mib) for x in d.choices] == [
         ("1g.10gb", "nvidia.com/mig-1g.10gb", 9984, 7168)
@@ -106,21 +110,21 @@ def test_7gi_on_h100_is_1g_10gb_with_affinity_and_annotations() -> None:
 
 
 def test_exact_fit_and_one_mib_over() -> None:
-    exact = decide(pod(c(vram="9984Mi")), [offer("h100-80gb")])
-    over = decide(pod(c(vram="9985Mi")), [offer("h100-80gb")])
+    exact = decide_(pod(c(vram="9984Mi")), [offer("h100-80gb")])
+    over = decide_(pod(c(vram="9985Mi")), [offer("h100-80gb")])
     assert exact.choices[0].profile == "1g.10gb"
     assert exact.choices[0].waste_mib == 0
     assert over.choices[0].profile == "1g.20gb"  # 1g.20gb and 2g.20gb have the same memory: fewer slices wins
 
 
 def test_decimal_quantities_round_up_to_mib() -> None:
-    d = decide(pod(c(vram="8G")), [offer("h100-80gb")])  # 8e9 bytes = 7629.39 MiB
+    d = decide_(pod(c(vram="8G")), [offer("h100-80gb")])  # 8e9 bytes = 7629.39 MiB
     assert d.choices[0].request_mib == 7630
 
 
 def test_least_waste_model_wins_when_both_have_capacity() -> None:
     # 5Gi: A30 1g.6gb (5952) wastes 832 MiB, H100 1g.10gb (9984) wastes 4864 MiB.
-    d = decide(
+    d = decide_(
         pod(c(vram="5Gi")),
         [offer("h100-80gb", NodeOffer("h", idle=1, idle_mig=1)), offer("a30-24gb", NodeOffer("a", idle=1, idle_mig=1))],
     )
@@ -134,7 +138,7 @@ def test_least_waste_model_wins_when_both_have_capacity() -> None:
 def test_capacity_beats_waste() -> None:
     """A model with a free instance (or an idle GPU) is preferred to a less wasteful model with no capacity."""
     busy_a30 = NodeOffer("a", idle=0)
-    d = decide(
+    d = decide_(
         pod(c(vram="5Gi")), [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1})), offer("a30-24gb", busy_a30)]
     )
     assert (d.model, d.capacity) == ("h100-80gb", "free")
@@ -143,7 +147,7 @@ def test_capacity_beats_waste() -> None:
 
 def test_free_now_breaks_a_waste_tie_after_plannable() -> None:
     # Same model twice (two live-memory variants): same waste, one has a free instance now.
-    d = decide(
+    d = decide_(
         pod(c()),
         [
             offer("h100-80gb", NodeOffer("later", idle=1, idle_mig=1)),
@@ -154,7 +158,7 @@ def test_free_now_breaks_a_waste_tie_after_plannable() -> None:
 
 
 def test_no_capacity_anywhere_still_rewrites_and_says_so() -> None:
-    d = decide(pod(c()), [offer("h100-80gb", NodeOffer("h"))])
+    d = decide_(pod(c()), [offer("h100-80gb", NodeOffer("h"))])
     assert (d.action, d.capacity) == ("rewrite", "none")
     assert "no capacity yet" in d.reason
 
@@ -193,7 +197,7 @@ def test_live_memory_variants_are_separate_offers() -> None:
     offers = offers_from_snapshot(Snapshot(nodes, ()))
     assert len(offers) == 2
     # 9.7 GiB fits the catalog's 1g.10gb (9984) but not the live 9856 one: that variant offers 1g.20gb
-    d = decide(pod(c(vram="9900Mi")), offers)
+    d = decide_(pod(c(vram="9900Mi")), offers)
     assert d.choices[0].profile == "1g.10gb"
     assert d.node == "a" or d.capacity == "none"
 
@@ -201,15 +205,15 @@ def test_live_memory_variants_are_separate_offers() -> None:
 def test_the_pods_own_node_selector_limits_the_models() -> None:
     h = offer("h100-80gb", NodeOffer("h", labels={"pool": "h100"}, free={"1g.10gb": 1}))
     a = offer("a30-24gb", NodeOffer("a", labels={"pool": "a30"}, free={"2g.12gb": 1}))
-    d = decide(pod(c(), nodeSelector={"pool": "a30"}), [h, a])
+    d = decide_(pod(c(), nodeSelector={"pool": "a30"}), [h, a])
     assert (d.model, d.choices[0].profile) == ("a30-24gb", "2g.12gb")
     terms = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}]}}}  # fmt: skip
-    d2 = decide(pod(c(), affinity=terms), [h, a])
+    d2 = decide_(pod(c(), affinity=terms), [h, a])
     assert d2.model == "h100-80gb"
-    d3 = decide(pod(c(), nodeSelector={"pool": "none"}), [h, a])
+    d3 = decide_(pod(c(), nodeSelector={"pool": "none"}), [h, a])
     assert d3.action == "reject"
-    assert "allows none of the MIG-capable GPU nodes" in d3.reason
+    assert d3.reason.startswith("no MIG-capable GPU node can ever run the pod (0/2 GPU nodes fit (2 nodeSelector")
 
 
 def test_affinity_is_anded_into_every_existing_term() -> None:
@@ -226,7 +230,7 @@ def test_affinity_is_anded_into_every_existing_term() -> None:
     }
     zone_node = NodeOffer("n1", labels={"zone": "a"})
     p = pod(c(), affinity=affinity)
-    d = decide(p, [offer("h100-80gb", zone_node)])
+    d = decide_(p, [offer("h100-80gb", zone_node)])
     out = apply(p, d)["spec"]["affinity"]
     got = out["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     expr = {"key": PRODUCT_LABEL, "operator": "In", "values": list(d.products)}
@@ -246,7 +250,7 @@ def test_affinity_is_anded_into_every_existing_term() -> None:
 
 def test_each_container_gets_its_own_instance_on_one_model() -> None:
     p = pod(c("a", "7Gi"), c("b", "15Gi"), c("sidecar", vram=None, cpu="1"))
-    d = decide(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1, "1g.20gb": 1}))])
+    d = decide_(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1, "1g.20gb": 1}))])
     assert [(x.name, x.profile) for x in d.choices] == [("a", "1g.10gb"), ("b", "1g.20gb")]
     assert d.capacity == "free"
     out = apply(p, d)
@@ -261,22 +265,22 @@ def test_each_container_gets_its_own_instance_on_one_model() -> None:
 
 def test_two_containers_need_two_free_instances() -> None:
     p = pod(c("a"), c("b"))
-    d = decide(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1}))])
+    d = decide_(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1}))])
     assert d.capacity == "none"
-    d2 = decide(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 2}))])
+    d2 = decide_(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 2}))])
     assert d2.capacity == "free"
 
 
 def test_init_container_instance_is_reused_by_kubernetes_rule() -> None:
     """An init container and an app container of the same profile need one instance (max, not sum)."""
     p = pod(c("app"), init=(c("warmup"),))
-    d = decide(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1}))])
+    d = decide_(p, [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1}))])
     assert [(x.name, x.init, x.profile) for x in d.choices] == [("app", False, "1g.10gb"), ("warmup", True, "1g.10gb")]
     assert d.capacity == "free"
     out = apply(p, d)
     assert out["spec"]["initContainers"][0]["resources"] == {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
     sidecar = dict(c("sc"), restartPolicy="Always")
-    d2 = decide(pod(c("app"), init=(sidecar,)), [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1}))])
+    d2 = decide_(pod(c("app"), init=(sidecar,)), [offer("h100-80gb", NodeOffer("h", free={"1g.10gb": 1}))])
     assert d2.capacity == "none"  # a sidecar runs alongside: two instances
 
 
@@ -286,13 +290,13 @@ def test_requests_and_limits_both_rewritten() -> None:
         "resources": {"requests": {"migctl.io/vram": "7Gi", "cpu": "1"}, "limits": {"migctl.io/vram": "7Gi"}},
     }
     p = pod(cont)
-    out = apply(p, decide(p, [offer("h100-80gb")]))
+    out = apply(p, decide_(p, [offer("h100-80gb")]))
     assert out["spec"]["containers"][0]["resources"] == {
         "requests": {"cpu": "1", "nvidia.com/mig-1g.10gb": "1"},
         "limits": {"nvidia.com/mig-1g.10gb": "1"},
     }
     only_requests = pod(c(where="requests"))
-    out2 = apply(only_requests, decide(only_requests, [offer("h100-80gb")]))
+    out2 = apply(only_requests, decide_(only_requests, [offer("h100-80gb")]))
     assert out2["spec"]["containers"][0]["resources"] == {
         "limits": {"nvidia.com/mig-1g.10gb": "1"},
         "requests": {"nvidia.com/mig-1g.10gb": "1"},
@@ -305,34 +309,34 @@ def test_custom_resource_name_from_planner_settings() -> None:
     )
     cont = {"name": "m", "resources": {"limits": {"example.com/vram": "7Gi"}}}
     p = pod(cont)
-    d = decide(p, [offer("h100-80gb")], rules)
+    d = decide_(p, [offer("h100-80gb")], rules)
     out = apply(p, d, rules)
     assert out["metadata"]["annotations"]["example.com/need"] == "7Gi"
-    assert decide(pod(c()), [offer("h100-80gb")], rules).action == "leave"  # migctl.io/vram is not the resource
+    assert decide_(pod(c()), [offer("h100-80gb")], rules).action == "leave"  # migctl.io/vram is not the resource
 
 
 # -- too large ------------------------------------------------------------------------------------------------
 
 
 def test_too_large_is_rejected_with_a_clear_message() -> None:
-    d = decide(pod(c("big", "100Gi")), [offer("h100-80gb"), offer("a100-40gb")])
+    d = decide_(pod(c("big", "100Gi")), [offer("h100-80gb"), offer("a100-40gb")])
     assert d.action == "reject"
     assert d.message == (
         "containers[0] 'big' asks for 100Gi (102400 MiB, 100.00 GiB) of GPU memory (migctl.io/vram); the largest "
         "MIG instance on the GPUs in this cluster is 7g.80gb with 81152 MiB (79.25 GiB, h100-80gb); no single GPU "
-        "here has that much memory (largest: 81559 MiB, h100-80gb). Ask for less, or split the work across "
-        "containers (each container gets its own instance)."
+        "here has that much memory (largest: 81559 MiB, h100-80gb). Ask for less, or split the work across app "
+        "containers (each gets its own instance)."
     )
 
 
 def test_between_the_full_profile_and_the_whole_gpu() -> None:
     """81300 MiB: more than 7g.80gb (81152) but less than the whole H100 (81559)."""
     p = pod(c(vram="81300Mi"))
-    d = decide(p, [offer("h100-80gb")])
+    d = decide_(p, [offer("h100-80gb")])
     assert d.action == "reject"
     assert "a whole h100-80gb GPU (81559 MiB) would hold it" in d.message
     assert "webhook.whole_gpu: true" in d.message
-    d2 = decide(p, [offer("h100-80gb", NodeOffer("h", whole_free=1))], VramRules(whole_gpu=True))
+    d2 = decide_(p, [offer("h100-80gb", NodeOffer("h", whole_free=1))], VramRules(whole_gpu=True))
     assert d2.action == "rewrite"
     assert [(x.profile, x.resource, x.instance_mib) for x in d2.choices] == [("gpu", "nvidia.com/gpu", 81559)]
     assert d2.capacity == "free"
@@ -341,31 +345,31 @@ def test_between_the_full_profile_and_the_whole_gpu() -> None:
 
 
 def test_whole_gpu_only_when_no_mig_profile_fits() -> None:
-    d = decide(pod(c()), [offer("h100-80gb", NodeOffer("h", whole_free=1))], VramRules(whole_gpu=True))
+    d = decide_(pod(c()), [offer("h100-80gb", NodeOffer("h", whole_free=1))], VramRules(whole_gpu=True))
     assert d.choices[0].profile == "1g.10gb"
 
 
 def test_the_largest_container_decides_which_models_qualify() -> None:
     p = pod(c("a", "30Gi"), c("b", "5Gi"))
-    d = decide(p, [offer("a30-24gb"), offer("a100-40gb")])  # the A30's largest instance has 24064 MiB
+    d = decide_(p, [offer("a30-24gb"), offer("a100-40gb")])  # the A30's largest instance has 24064 MiB
     assert d.action == "rewrite"
     assert d.model == "a100-40gb"
     assert [x.profile for x in d.choices] == ["7g.40gb", "1g.10gb"]  # 5Gi = 5120 MiB > 1g.5gb's 4864
 
 
 def test_invalid_quantity_is_rejected() -> None:
-    d = decide(pod(c(vram="7 gigs")), [offer("h100-80gb")])
+    d = decide_(pod(c(vram="7 gigs")), [offer("h100-80gb")])
     assert d.action == "reject"
     assert "containers[0] 'main': migctl.io/vram" in d.reason
 
 
 def test_apply_refuses_non_rewrite() -> None:
     with pytest.raises(ValueError, match="only a rewrite"):
-        apply(pod(c()), decide(pod(c(vram=None)), [offer("h100-80gb")]))
+        apply(pod(c()), decide_(pod(c(vram=None)), [offer("h100-80gb")]))
 
 
 def test_message_names_choice_and_reason() -> None:
-    d = decide(pod(c()), [offer("h100-80gb", NodeOffer("n1", free={"1g.10gb": 1}))])
+    d = decide_(pod(c()), [offer("h100-80gb", NodeOffer("n1", free={"1g.10gb": 1}))])
     assert d.message.startswith(
         "main: 7Gi (7168 MiB) -> nvidia.com/mig-1g.10gb (9984 MiB, 2816 MiB spare) on h100-80gb"
     )

@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import json
 import ssl
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from cryptography import x509
 
 from migctl.core.catalog import load_catalog
+from migctl.core.cluster import Taint
 from migctl.core.vram_request import CHOICE_ANNOTATION, ModelOffer, NodeOffer, VramRules
 from migctl.errors import InputError
 from migctl.webhook.admission import BadReviewError, apply_patch, json_patch, review
@@ -58,6 +60,28 @@ def vram_pod(vram: str = "7Gi", **meta: Any) -> dict[str, Any]:
 
 
 # -- AdmissionReview ------------------------------------------------------------------------------------------
+
+
+def test_review_places_the_pod_by_the_planners_filter() -> None:
+    """A tainted node the pod does not tolerate offers nothing; a malformed affinity rejects only a VRAM pod."""
+    tainted = (ModelOffer(H100, ("NVIDIA-H100-80GB-HBM3",), (NodeOffer("n1", free={"1g.10gb": 1}, taints=(
+        Taint("dedicated", "x"),)),)),)  # fmt: skip
+    out = review(admission_review(vram_pod()), tainted, VramRules())
+    assert out.response["response"]["allowed"] is False
+    assert "untolerated taint dedicated=x:NoSchedule" in out.response["response"]["status"]["message"]
+    tolerant = vram_pod()
+    tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    ok = review(admission_review(tolerant), tainted, VramRules())
+    assert ok.decision is not None and (ok.decision.capacity, ok.decision.node) == ("free", "n1")
+    broken = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"operator": "In", "values": ["a"]}]}]}}}  # fmt: skip  (no key)
+    bad = vram_pod()
+    bad["spec"]["affinity"] = broken
+    rejected = review(admission_review(bad), OFFERS, VramRules())
+    assert rejected.response["response"]["allowed"] is False
+    assert "unreadable nodeSelector, node affinity or tolerations" in rejected.response["response"]["status"]["message"]
+    plain = {"metadata": {"name": "q"}, "spec": {"affinity": broken, "containers": [{"name": "c", "image": "x"}]}}
+    assert review(admission_review(plain), OFFERS, VramRules()).response["response"] == {"uid": "u-1", "allowed": True}
 
 
 def test_rewrite_answers_with_a_jsonpatch_that_yields_the_rewritten_pod() -> None:
@@ -257,6 +281,17 @@ class FakeKube:
     def replace_webhook_configuration(self, name: str, body: dict[str, Any]) -> None:
         self.replaced += 1
         self.config = body
+
+
+def test_serving_context_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The certificate files `ssl` needs exist only while `load()` runs, even if `close()` is never called."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    bundle, _ = renew(None, TlsSettings(), NAMES, IPS, NOW)
+    ctx = ServingContext()
+    ctx.load(bundle.cert_pem, bundle.key_pem)
+    ctx.load(bundle.cert_pem, bundle.key_pem)
+    assert ctx.loaded
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cert_manager_stores_adopts_and_keeps_the_ca_bundle() -> None:
