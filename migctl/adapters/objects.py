@@ -43,6 +43,7 @@ MIG_CAPABLE = "nvidia.com/mig.capable"
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 TERMINAL = ("Succeeded", "Failed")
+_COUNTED = ("cpu", "memory", "pods")
 _INT = re.compile(r"^-?[0-9]{1,10}$")
 FALLBACK_SCHEDULER = "migctl"
 
@@ -117,11 +118,24 @@ def _q(value: Any, where: str) -> Decimal:
 # Pods
 
 
-def _container_requests(c: Mapping[str, Any], where: str) -> dict[str, Decimal]:
+def _container_requests(
+    c: Mapping[str, Any], where: str, lenient: list[str] | None = None, gpu_resource: str = ""
+) -> dict[str, Decimal]:
+    """The container's effective requests. With `lenient` (a bound pod), an unreadable resource that neither
+    MIG planning nor the node's GPU use depends on (not cpu, memory, pods, an nvidia.com resource or the VRAM
+    resource `gpu_resource`) is noted there and left out instead of making the whole pod unreadable."""
     res = mapping(c.get("resources"), f"{where}.resources")
     merged: dict[str, Any] = dict(mapping(res.get("limits"), f"{where}.resources.limits"))  # requests default to limits
     merged.update(mapping(res.get("requests"), f"{where}.resources.requests"))
-    return {str(k): _q(v, f"{where}.resources[{k}]") for k, v in merged.items()}
+    out: dict[str, Decimal] = {}
+    for k, v in merged.items():
+        try:
+            out[str(k)] = _q(v, f"{where}.resources[{k}]")
+        except ValueError as e:
+            if lenient is None or str(k) in (*_COUNTED, gpu_resource) or str(k).startswith("nvidia.com/"):
+                raise
+            lenient.append(f"{e}; ignored (not a resource GPU planning counts)")
+    return out
 
 
 def _requirements(value: Any, where: str) -> tuple[Requirement, ...]:
@@ -156,15 +170,20 @@ def _to_int(value: Decimal, where: str, maximum: int) -> int:
 def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None) -> Pod:
     """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
     rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
-    with `notes` given, it is noted there and the pod still counts by its resources (it holds them)."""
+    with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
+    unreadable resource MIG planning does not count (`_container_requests`)."""
     meta, spec = _meta(obj), mapping(obj.get("spec"), "spec")
     status = mapping(obj.get("status"), "status")
+    lenient = notes if spec.get("nodeName") else None
     containers = [
-        _container_requests(c, f"spec.containers[{i}]")
+        _container_requests(c, f"spec.containers[{i}]", lenient, settings.vram_resource)
         for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))
     ]
     inits = [
-        (_container_requests(c, f"spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
+        (
+            _container_requests(c, f"spec.initContainers[{i}]", lenient, settings.vram_resource),
+            c.get("restartPolicy") == "Always",
+        )
         for i, c in enumerate(maps(spec.get("initContainers"), "spec.initContainers"))
     ]
     overhead = {str(k): _q(v, f"spec.overhead[{k}]") for k, v in mapping(spec.get("overhead"), "spec.overhead").items()}

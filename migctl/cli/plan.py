@@ -216,10 +216,15 @@ def vram_requests_section(
     rules = settings.rules(planner)
     offers = offers_from_snapshot(snapshot, planner)
     out: list[dict[str, Any]] = []
+    unreadable = {k for k, _ in snapshot.rejected}  # the plan already says why; the webhook never sees them
     for obj in objects:
         if obj.get("kind") != "Pod":
             continue
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        if f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}" in unreadable:
+            continue
+        if not (isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)):
+            continue
         if spec.get("nodeName") or (status.get("phase") or "Pending") != "Pending" or meta.get("deletionTimestamp"):
             continue
         if spec.get("schedulerName") == rules.fallback_scheduler:

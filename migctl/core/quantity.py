@@ -23,9 +23,9 @@ _DECIMAL = {
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal("1e3"),
     "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18"),
 }  # fmt: skip
-# ASCII digits only ([0-9], not \d: `\d` matches every Unicode digit), at most 3 exponent digits.
+# ASCII digits only ([0-9], not \d: `\d` matches every Unicode digit); MAX_TEXT bounds the exponent digits.
 _RE = re.compile(
-    r"^(?P<num>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]{1,3})?$"
+    r"^(?P<num>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 )
 MIB = 2**20
 MAX_TEXT = 64  # characters: the longest quantity Kubernetes itself round-trips is well below this
