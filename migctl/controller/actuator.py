@@ -48,8 +48,10 @@ from migctl.controller.guards import (
 )
 from migctl.controller.kubeapi import KubeApi, Obj, Stopped
 from migctl.controller.metrics import Metrics
+from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig
 from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource, resource_name
+from migctl.core.quantity import parse_quantity, to_count
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,14 @@ def expected_resources(gpus: Mapping[int, GpuConfig]) -> Counter[str]:
     return out
 
 
+def _count(value: object) -> int | None:
+    """A resource or GFD count through the one strict parser; None when unreadable (then it cannot match)."""
+    try:
+        return to_count(parse_quantity(value), MAX_INSTANCES_PER_POD)
+    except ValueError:
+        return None
+
+
 def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
     """ "" when allocatable and GFD's count labels match the layout (stale zero-valued resources ignored)."""
     want = expected_resources(gpus)
@@ -158,22 +168,19 @@ def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
     have: dict[str, int] = {}
     for k, v in alloc.items():
         if profile_from_resource(k) or k == WHOLE_GPU_RESOURCE:
-            try:
-                n = int(str(v))
-            except ValueError:
-                continue
-            if n > 0:
+            n = _count(v)
+            if n is not None and n > 0:
                 have[k] = n
     problems = []
     if dict(want) != have:
         problems.append(f"allocatable {dict(sorted(have.items()))} != expected {dict(sorted(want.items()))}")
     labels = ((node.get("metadata") or {}).get("labels")) or {}
     gfd = {
-        k[: -len(".count")]: int(v)
+        k[: -len(".count")]: _count(v)
         for k, v in labels.items()
-        if profile_from_resource(k[: -len(".count")] if k.endswith(".count") else "") and str(v).isdigit()
+        if profile_from_resource(k[: -len(".count")] if k.endswith(".count") else "")
     }
-    gfd = {k: v for k, v in gfd.items() if v > 0}
+    gfd = {k: v for k, v in gfd.items() if v is not None and v > 0}
     want_mig = {k: v for k, v in want.items() if k != WHOLE_GPU_RESOURCE}
     if gfd != want_mig:
         problems.append(f"GFD counts {dict(sorted(gfd.items()))} != expected {dict(sorted(want_mig.items()))}")

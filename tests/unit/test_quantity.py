@@ -87,3 +87,19 @@ def test_label_values_accept_plain_digits() -> None:
     assert label_values.gpu_index("0") == 0
     with pytest.raises(ValueError, match="out of range"):
         label_values.memory_mib(str(5 * 2**20))
+
+
+def test_the_actuator_reads_counts_with_the_same_parser() -> None:
+    from migctl.controller.actuator import capacity_mismatch
+    from migctl.core.migparted import GpuConfig
+
+    gpus = {0: GpuConfig.mig({"1g.10gb": 7})}
+    node: dict[str, Any] = {
+        "metadata": {"labels": {"nvidia.com/mig-1g.10gb.count": "7"}},
+        "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7"}},
+    }
+    assert capacity_mismatch(node, gpus) == ""
+    node["metadata"]["labels"]["nvidia.com/mig-1g.10gb.count"] = "⁷"  # passes isdigit(), fails int()
+    assert "GFD counts {} != expected" in capacity_mismatch(node, gpus)
+    node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] = "1e5000"
+    assert "allocatable {} != expected" in capacity_mismatch(node, gpus)
