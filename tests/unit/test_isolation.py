@@ -140,3 +140,18 @@ def test_the_budget_counts_work_not_time_and_says_when_it_cut_planning_short() -
     assert cut == plan(snapshot, short)  # the same input gives the same plan
     assert plan(snapshot, PlannerSettings(work_budget=full.work_units)).to_dict() == full.to_dict()
     assert json.loads(json.dumps(cut.to_dict()))["budget"] == {"work_units": per_pass, "exhausted": True}
+
+
+def test_an_inventory_annotation_with_too_many_gpus_is_ignored_with_a_warning() -> None:
+    from migctl.core.inventory import INVENTORY_ANNOTATION
+
+    gpu = {"index": 0, "uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "mig_capable": True,
+           "mig_enabled": False, "mig_pending": False, "busy": False}  # fmt: skip
+    inventory = {"version": "v1", "gpus": [{**gpu, "index": i, "uuid": f"GPU-{i}"} for i in range(100_000)]}
+    items = copy.deepcopy(EXAMPLE)
+    node = next(o for o in items if o["kind"] == "Node" and o["metadata"]["name"] == "h100-node-2")
+    node["metadata"]["annotations"] = {INVENTORY_ANNOTATION: json.dumps(inventory)}
+    snapshot = snapshot_from_objects(items, CATALOG)
+    (warning,) = [w for w in snapshot.warnings if w.startswith("node h100-node-2")]
+    assert f"metadata.annotations[{INVENTORY_ANNOTATION}].gpus" in warning and "at most 64" in warning, warning
+    assert len(next(n for n in snapshot.nodes if n.name == "h100-node-2").gpus) == 4  # GFD's count stands
