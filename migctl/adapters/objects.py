@@ -3,14 +3,14 @@
 The same translation serves `migctl plan --snapshot FILE`, the live `migctl plan`, and the controller: the
 adapter decides what each label, annotation and status field means; the core only sees plain models. A bad
 object never aborts the whole snapshot: a broken pod becomes a per-pod rejection, a node with an unknown GPU a
-warning, each naming the object and the field.
+warning, each naming the object and the field. Pods are translated in `pods.py`, typed field access is
+`fields.py`, and files are read with bounded work by `safe_yaml.py`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,20 +20,19 @@ from typing import Any
 
 import yaml
 
-from migctl.adapters.fields import item, items, mapping, maps, short
+from migctl.adapters.fields import item, mapping, maps, short
+from migctl.adapters.pods import meta_of, pod_from_object, quantity_at
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core import label_values
 from migctl.core.catalog import Catalog, GpuModel
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Requirement, Resources, Snapshot, Taint, Term, Toleration
-from migctl.core.demand import effective_requests
+from migctl.core.cluster import Gpu, Node, Pod, Resources, Snapshot, Taint
 from migctl.core.geometry import geometry
 from migctl.core.inventory import INVENTORY_ANNOTATION, Inventory, parse_inventory
-from migctl.core.label_values import MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_POD
+from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve
 from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
-from migctl.core.quantity import MIB, parse_quantity, to_count
+from migctl.core.quantity import to_count
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
-from migctl.core.vram_fit import GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler before binding
 from migctl.errors import InputError
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
@@ -43,8 +42,6 @@ MIG_CAPABLE = "nvidia.com/mig.capable"
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 TERMINAL = ("Succeeded", "Failed")
-_COUNTED = ("cpu", "memory", "pods")
-_INT = re.compile(r"^-?[0-9]{1,10}$")
 FALLBACK_SCHEDULER = "migctl"
 
 
@@ -100,171 +97,6 @@ def _sort(objects: Iterable[Mapping[str, Any]], source: str) -> _Objects:
         elif kind is None:
             raise InputError(source, f"items[{i}].kind: missing; expected Node, Pod or ConfigMap objects")
     return out
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata") or {}
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _q(value: Any, where: str) -> Decimal:
-    try:
-        return parse_quantity(value)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Pods
-
-
-def _container_requests(
-    c: Mapping[str, Any], where: str, lenient: list[str] | None = None, gpu_resource: str = ""
-) -> dict[str, Decimal]:
-    """The container's effective requests. With `lenient` (a bound pod), an unreadable resource that neither
-    MIG planning nor the node's GPU use depends on (not cpu, memory, pods, an nvidia.com resource or the VRAM
-    resource `gpu_resource`) is noted there and left out instead of making the whole pod unreadable."""
-    res = mapping(c.get("resources"), f"{where}.resources")
-    merged: dict[str, Any] = dict(mapping(res.get("limits"), f"{where}.resources.limits"))  # requests default to limits
-    merged.update(mapping(res.get("requests"), f"{where}.resources.requests"))
-    out: dict[str, Decimal] = {}
-    for k, v in merged.items():
-        try:
-            out[str(k)] = _q(v, f"{where}.resources[{k}]")
-        except ValueError as e:
-            if lenient is None or str(k) in (*_COUNTED, gpu_resource) or str(k).startswith("nvidia.com/"):
-                raise
-            lenient.append(f"{e}; ignored (not a resource GPU planning counts)")
-    return out
-
-
-def _requirements(value: Any, where: str) -> tuple[Requirement, ...]:
-    out = []
-    for i, e in enumerate(maps(value, where)):
-        values = items(e.get("values"), f"{where}[{i}].values")
-        out.append(Requirement(str(e.get("key") or ""), str(e.get("operator") or ""), tuple(str(v) for v in values)))
-    return tuple(out)
-
-
-def _terms(pod_spec: Mapping[str, Any]) -> tuple[Term, ...]:
-    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    affinity = mapping(pod_spec.get("affinity"), "spec.affinity")
-    na = mapping(
-        mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity").get(where.rsplit(".", 1)[1]), where
-    )
-    terms = []
-    for i, t in enumerate(maps(na.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")):
-        at = f"{where}.nodeSelectorTerms[{i}]"
-        exprs = _requirements(t.get("matchExpressions"), f"{at}.matchExpressions")
-        terms.append(Term(exprs, _requirements(t.get("matchFields"), f"{at}.matchFields")))
-    return tuple(terms)
-
-
-def _to_int(value: Decimal, where: str, maximum: int) -> int:
-    try:
-        return to_count(value, maximum, "per pod: more than any node offers")
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
-
-
-def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None) -> Pod:
-    """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
-    rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
-    with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
-    unreadable resource MIG planning does not count (`_container_requests`)."""
-    meta, spec = _meta(obj), mapping(obj.get("spec"), "spec")
-    status = mapping(obj.get("status"), "status")
-    lenient = notes if spec.get("nodeName") else None
-    containers = [
-        _container_requests(c, f"spec.containers[{i}]", lenient, settings.vram_resource)
-        for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))
-    ]
-    inits = [
-        (
-            _container_requests(c, f"spec.initContainers[{i}]", lenient, settings.vram_resource),
-            c.get("restartPolicy") == "Always",
-        )
-        for i, c in enumerate(maps(spec.get("initContainers"), "spec.initContainers"))
-    ]
-    overhead = {str(k): _q(v, f"spec.overhead[{k}]") for k, v in mapping(spec.get("overhead"), "spec.overhead").items()}
-    eff = effective_requests(containers, inits, overhead)
-    demands: list[GpuDemand] = []
-    for res, value in sorted(eff.items()):
-        if value == 0:
-            continue
-        profile = profile_from_resource(res)
-        if profile is not None:
-            n = _to_int(value, f"resources[{res}]", MAX_INSTANCES_PER_POD)
-            demands.append(GpuDemand("profile", n, profile=profile))
-        elif res == WHOLE_GPU_RESOURCE:
-            demands.append(GpuDemand("gpu", _to_int(value, f"resources[{res}]", MAX_GPUS_PER_NODE)))
-        elif res == settings.vram_resource:
-            if value <= 0:
-                raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
-            demands.append(GpuDemand("vram", 1, vram_mib=math.ceil(value / MIB)))
-    annotations = mapping(meta.get("annotations"), "metadata.annotations")
-    need = None
-    if settings.vram_annotation in annotations and demands:  # the real need matters only to a GPU pod
-        where = f"metadata.annotations[{settings.vram_annotation}]"
-        try:
-            value = _q(annotations[settings.vram_annotation], where)
-            if value <= 0:
-                raise ValueError(f"{where}: {value} is not a positive amount of memory (expected e.g. 6Gi)")
-            need = math.ceil(value / MIB)
-        except ValueError:
-            if notes is None or not spec.get("nodeName"):
-                raise
-            notes.append(f"{where}: {short(annotations[settings.vram_annotation])} unreadable; ignored")
-    scheduled: Mapping[str, Any] = next(
-        (c for c in maps(status.get("conditions"), "status.conditions") if c.get("type") == "PodScheduled"), {}
-    )
-    priority = spec.get("priority") or 0
-    if isinstance(priority, str) and _INT.match(priority):
-        priority = int(priority)
-    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 2**31:
-        raise ValueError(f"spec.priority: {short(priority)} is not a 32-bit integer")
-    return Pod(
-        namespace=str(meta.get("namespace") or "default"),
-        name=str(meta.get("name") or ""),
-        priority=priority,
-        node=str(spec["nodeName"]) if spec.get("nodeName") else None,
-        phase=str(status.get("phase") or "Pending"),
-        requests=Resources(math.ceil(eff.get("cpu", Decimal(0)) * 1000), math.ceil(eff.get("memory", Decimal(0))), 1),
-        gpu=tuple(demands),
-        need_mib=need,
-        node_selector=tuple(
-            sorted((str(k), str(v)) for k, v in mapping(spec.get("nodeSelector"), "spec.nodeSelector").items())
-        ),
-        affinity=_terms(spec),
-        tolerations=tuple(
-            Toleration(
-                str(t.get("key") or ""),
-                str(t.get("operator") or "Equal"),
-                str(t.get("value") or ""),
-                str(t.get("effect") or ""),
-            )
-            for t in maps(spec.get("tolerations"), "spec.tolerations")
-        ),
-        unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
-        created=str(meta.get("creationTimestamp") or ""),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        gpu_index=_gpu_index(annotations),
-    )
-
-
-def _gpu_index(annotations: Mapping[str, Any]) -> int | None:
-    """The GPU migctl's fallback scheduler chose for the pod (annotation), if any.
-
-    A garbled value counts as unknown rather than rejecting the pod: a rejected running pod would drop out of
-    its node's accounting.
-    """
-    raw = annotations.get(GPU_INDEX_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        return label_values.gpu_index(raw)
-    except ValueError:
-        return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -353,7 +185,7 @@ class _Ctx:
 def _node(
     obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx, unreadable: Sequence[str] = ()
 ) -> Node | None:
-    meta = _meta(obj)
+    meta = meta_of(obj)
     name = str(meta.get("name") or "")
     where = f"node {name}"
     try:
@@ -362,12 +194,12 @@ def _node(
         annotations = mapping(meta.get("annotations"), "metadata.annotations")
         alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
         allocatable = Resources(
-            math.ceil(_q(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
-            math.ceil(_q(alloc.get("memory", 0), "status.allocatable.memory")),
-            int(_q(alloc.get("pods", 110), "status.allocatable.pods")),
+            math.ceil(quantity_at(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
+            math.ceil(quantity_at(alloc.get("memory", 0), "status.allocatable.memory")),
+            int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
         )
         extended = {
-            str(k): _extended(str(k), _q(v, f"status.allocatable[{k}]"))
+            str(k): _extended(str(k), quantity_at(v, f"status.allocatable[{k}]"))
             for k, v in alloc.items()
             if str(k).startswith("nvidia.com/") or k == ctx.settings.vram_resource
         }
@@ -643,10 +475,10 @@ def snapshot_from_objects(
     rejected: list[tuple[str, str]] = []
     unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
     pods: list[Pod] = []
-    pod_keys = [f"{_meta(o).get('namespace') or 'default'}/{_meta(o).get('name') or '?'}" for o in objs.pods]
+    pod_keys = [f"{meta_of(o).get('namespace') or 'default'}/{meta_of(o).get('name') or '?'}" for o in objs.pods]
     last = {k: i for i, k in enumerate(pod_keys)}  # a later copy wins (a snapshot of snapshots)
     for i, (key, obj) in enumerate(zip(pod_keys, objs.pods, strict=True)):
-        meta = _meta(obj)
+        meta = meta_of(obj)
         if last[key] != i:
             ctx.warn(f"pod {key}", "listed more than once; the last copy counts", "Pod")
             continue
@@ -674,7 +506,7 @@ def snapshot_from_objects(
             continue  # placed by migctl's VRAM-unit scheduler on non-MIG GPUs, not by MIG planning
         pods.append(pod)
     for cm in objs.configmaps:
-        meta = _meta(cm)
+        meta = meta_of(cm)
         if meta.get("name") == operator.configmap_name and meta.get("namespace") == operator.configmap_namespace:
             mp_source = f"ConfigMap {operator.configmap_namespace}/{operator.configmap_name}[{operator.configmap_key}]"
             ctx.mig_parted_source = mp_source
@@ -701,7 +533,7 @@ def snapshot_from_objects(
         if p.node:
             by_node.setdefault(p.node, []).append(p)
     nodes = []
-    node_names = [str(_meta(o).get("name")) for o in objs.nodes]
+    node_names = [str(meta_of(o).get("name")) for o in objs.nodes]
     last_node = {k: i for i, k in enumerate(node_names)}
     for i, (name, obj) in enumerate(zip(node_names, objs.nodes, strict=True)):
         if last_node[name] != i:

@@ -221,9 +221,9 @@ def vram_requests_section(
         if obj.get("kind") != "Pod":
             continue
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-        if f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}" in unreadable:
-            continue
         if not (isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)):
+            continue
+        if f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}" in unreadable:
             continue
         if spec.get("nodeName") or (status.get("phase") or "Pending") != "Pending" or meta.get("deletionTimestamp"):
             continue

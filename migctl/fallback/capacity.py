@@ -24,9 +24,9 @@ from migctl.adapters.objects import (
     GFD_PRODUCT,
     OBJECT_ERRORS,
     TERMINAL,
-    pod_from_object,
     snapshot_from_objects,
 )
+from migctl.adapters.pods import pod_from_object
 from migctl.core import label_values
 from migctl.core.catalog import Catalog
 from migctl.core.demand import effective_requests
