@@ -146,6 +146,12 @@ class ControllerSettings(BaseModel):
         8080, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0: any free port; null: off)."
     )
     metrics_address: str = Field("0.0.0.0", description="Address the metrics server binds.")
+    unready_after_failed_reconciles: int = Field(
+        3,
+        ge=1,
+        description="/readyz answers 503 once this many reconciles in a row have failed (the controller cannot "
+        "plan); the next successful one makes it ready again.",
+    )
     log_format: Literal["text", "json"] = Field("text", description="`json`: one JSON object per line.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Root log level.")
 

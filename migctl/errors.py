@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+MAX_LISTED = 20  # problems one message lists (hostile input can have millions)
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -38,8 +40,9 @@ class InputError(MigctlError):
     def render(self) -> str:
         if len(self.problems) == 1:
             return f"{self.source}: {self.problems[0]}"
-        listed = "; ".join(str(p) for p in self.problems)
-        return f"{self.source}: {len(self.problems)} problems: {listed}"
+        listed = "; ".join(str(p) for p in self.problems[:MAX_LISTED])
+        more = f"; and {len(self.problems) - MAX_LISTED} more" if len(self.problems) > MAX_LISTED else ""
+        return f"{self.source}: {len(self.problems)} problems: {listed}{more}"
 
 
 class LayoutError(MigctlError):

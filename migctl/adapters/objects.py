@@ -3,7 +3,8 @@
 The same translation serves `migctl plan --snapshot FILE`, the live `migctl plan`, and the controller: the
 adapter decides what each label, annotation and status field means; the core only sees plain models. A bad
 object never aborts the whole snapshot: a broken pod becomes a per-pod rejection, a node with an unknown GPU a
-warning, each naming the object and the field.
+warning, each naming the object and the field. Pods are translated in `pods.py`, typed field access is
+`fields.py`, and files are read with bounded work by `safe_yaml.py`.
 """
 
 from __future__ import annotations
@@ -19,20 +20,21 @@ from typing import Any
 
 import yaml
 
+from migctl.adapters.fields import item, mapping, maps, short
+from migctl.adapters.pods import meta_of, pod_from_object, quantity_at
+from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
+from migctl.core import label_values
 from migctl.core.catalog import Catalog, GpuModel
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Requirement, Resources, Snapshot, Taint, Term, Toleration
-from migctl.core.demand import effective_requests, shared_instances
+from migctl.core.cluster import Gpu, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.geometry import geometry
 from migctl.core.inventory import INVENTORY_ANNOTATION, Inventory, parse_inventory
+from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
 from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
 from migctl.core.node_ids import gpu_ids, model_by_pci
-from migctl.core.quantity import MIB, parse_quantity
+from migctl.core.quantity import to_count
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
-from migctl.core.vram_fit import GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler before binding
 from migctl.errors import InputError
-
-# libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_COUNT = "nvidia.com/gpu.count"
@@ -52,13 +54,17 @@ class _Objects:
 
 
 def load_objects(path: Path) -> list[dict[str, Any]]:
-    """Read a `kubectl get ... -o yaml|json` List (or several YAML documents) from a file."""
+    """Read a `kubectl get ... -o yaml|json` List (or several YAML documents) from a file, with bounded work."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(str(path), f"cannot read the snapshot: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise InputError(str(path), f"not UTF-8 text ({e.reason} at byte {e.start}); expected YAML or JSON") from e
     try:
-        docs = [json.loads(text)] if text.lstrip().startswith("{") else list(yaml.load_all(text, Loader=_LOADER))
+        docs = load_documents(text)
+    except UnsafeInputError as e:
+        raise InputError(str(path), f"refused: {e}") from e
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise InputError(str(path), f"not valid YAML or JSON ({e}); expected the output of kubectl get -o yaml") from e
     items: list[dict[str, Any]] = []
@@ -67,7 +73,9 @@ def load_objects(path: Path) -> list[dict[str, Any]]:
             continue
         if not isinstance(doc, dict):
             raise InputError(str(path), f"document {n}: expected a Kubernetes object or List, got {type(doc).__name__}")
-        if "items" in doc and isinstance(doc["items"], list):
+        if "items" in doc:
+            if not isinstance(doc["items"], list):
+                raise InputError(str(path), f"document {n}: items: expected a list, got {type(doc['items']).__name__}")
             for i, item in enumerate(doc["items"]):
                 if not isinstance(item, dict):
                     raise InputError(str(path), f"items[{i}]: expected an object, got {type(item).__name__}")
@@ -92,177 +100,79 @@ def _sort(objects: Iterable[Mapping[str, Any]], source: str) -> _Objects:
     return out
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata") or {}
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _q(value: Any, where: str) -> Decimal:
-    try:
-        return parse_quantity(value)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Pods
-
-
-def _container_requests(c: Mapping[str, Any], where: str) -> dict[str, Decimal]:
-    res = c.get("resources") or {}
-    merged: dict[str, Any] = dict(res.get("limits") or {})  # requests default to limits
-    merged.update(res.get("requests") or {})
-    return {k: _q(v, f"{where}.resources[{k}]") for k, v in merged.items()}
-
-
-def _terms(pod_spec: Mapping[str, Any]) -> tuple[Term, ...]:
-    na = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = []
-    for t in na.get("nodeSelectorTerms") or []:
-        exprs = tuple(
-            Requirement(e["key"], e["operator"], tuple(str(v) for v in e.get("values") or ()))
-            for e in t.get("matchExpressions") or []
-        )
-        fields = tuple(
-            Requirement(e["key"], e["operator"], tuple(str(v) for v in e.get("values") or ()))
-            for e in t.get("matchFields") or []
-        )
-        terms.append(Term(exprs, fields))
-    return tuple(terms)
-
-
-def _to_int(value: Decimal, where: str) -> int:
-    if value != value.to_integral_value() or value < 0:
-        raise ValueError(f"{where}: {value} is not a whole non-negative count")
-    return int(value)
-
-
-def _vram_demands(
-    containers: Sequence[Mapping[str, Decimal]], inits: Sequence[tuple[Mapping[str, Decimal], bool]], res: str
-) -> list[GpuDemand]:
-    """One instance per container with a VRAM request, plain init containers sharing (`shared_instances`)."""
-
-    def mib(r: Mapping[str, Decimal]) -> int:
-        return max(0, math.ceil(r.get(res, Decimal(0)) / MIB))
-
-    sizes, _ = shared_instances([(mib(r), restartable) for r, restartable in inits], [mib(r) for r in containers])
-    return [GpuDemand("vram", n, vram_mib=m) for m, n in sorted(Counter(sizes).items())]
-
-
-def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings) -> Pod:
-    """Translate one Pod; raises ValueError naming the field on nonsense (the caller records a rejection)."""
-    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
-    containers = [_container_requests(c, f"spec.containers[{i}]") for i, c in enumerate(spec.get("containers") or [])]
-    inits = [
-        (_container_requests(c, f"spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
-        for i, c in enumerate(spec.get("initContainers") or [])
-    ]
-    overhead = {k: _q(v, f"spec.overhead[{k}]") for k, v in (spec.get("overhead") or {}).items()}
-    eff = effective_requests(containers, inits, overhead)
-    demands: list[GpuDemand] = []
-    for res, value in sorted(eff.items()):
-        if value == 0:
-            continue
-        profile = profile_from_resource(res)
-        if profile is not None:
-            demands.append(GpuDemand("profile", _to_int(value, f"resources[{res}]"), profile=profile))
-        elif res == WHOLE_GPU_RESOURCE:
-            demands.append(GpuDemand("gpu", _to_int(value, f"resources[{res}]")))
-        elif res == settings.vram_resource:
-            if value <= 0:
-                raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
-            demands.extend(_vram_demands(containers, inits, res))
-    need = None
-    annotations = meta.get("annotations") or {}
-    if settings.vram_annotation in annotations:
-        raw = annotations[settings.vram_annotation]
-        need = math.ceil(_q(raw, f"metadata.annotations[{settings.vram_annotation}]") / MIB)
-    scheduled: Mapping[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
-    )
-    return Pod(
-        namespace=str(meta.get("namespace") or "default"),
-        name=str(meta.get("name") or ""),
-        priority=int(spec.get("priority") or 0),
-        node=spec.get("nodeName") or None,
-        phase=str(status.get("phase") or "Pending"),
-        requests=Resources(math.ceil(eff.get("cpu", Decimal(0)) * 1000), math.ceil(eff.get("memory", Decimal(0))), 1),
-        gpu=tuple(demands),
-        need_mib=need,
-        node_selector=_node_selector(spec),
-        affinity=_terms(spec),
-        tolerations=_tolerations(spec),
-        unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
-        created=str(meta.get("creationTimestamp") or ""),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        gpu_index=_gpu_index(annotations),
-    )
-
-
-def _node_selector(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
-
-
-def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
-    return tuple(
-        Toleration(t.get("key") or "", t.get("operator") or "Equal", str(t.get("value") or ""), t.get("effect") or "")
-        for t in spec.get("tolerations") or []
-    )
-
-
-def placement_from_object(obj: Mapping[str, Any]) -> Pod:
-    """Only what decides where a pod may run (nodeSelector, required node affinity, tolerations): for the
-    admission webhook, which must place a pod whose resources it is about to rewrite. Raises ValueError (or
-    KeyError, TypeError) on a malformed affinity, as `pod_from_object` does."""
-    meta, spec = _meta(obj), obj.get("spec") or {}
-    return Pod(
-        namespace=str(meta.get("namespace") or "default"),
-        name=str(meta.get("name") or ""),
-        node_selector=_node_selector(spec),
-        affinity=_terms(spec),
-        tolerations=_tolerations(spec),
-    )
-
-
-def _gpu_index(annotations: Mapping[str, Any]) -> int | None:
-    """The GPU migctl's fallback scheduler chose for the pod (annotation), if any.
-
-    A garbled value counts as unknown rather than rejecting the pod: a rejected running pod would drop out of
-    its node's accounting.
-    """
-    raw = str(annotations.get(GPU_INDEX_ANNOTATION, ""))
-    return int(raw) if raw.isdigit() else None
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Nodes
 
 
-def _live_model(model: GpuModel, labels: Mapping[str, str]) -> GpuModel:
-    """Apply GFD's per-profile memory labels (`nvidia.com/mig-<p>.memory`) and the GPU total."""
+def _total_mib(labels: Mapping[str, str]) -> int | None:
+    """GFD's total memory label through the strict parser, to tell apart boards that share a product name; an
+    unreadable one counts as absent here (`_live_model` warns about it)."""
+    try:
+        return label_values.memory_mib(labels[GFD_MEMORY]) if GFD_MEMORY in labels else None
+    except ValueError:
+        return None
+
+
+def _live_model(model: GpuModel, labels: Mapping[str, str], where: str, ctx: _Ctx) -> GpuModel:
+    """Apply GFD's per-profile memory labels (`nvidia.com/mig-<p>.memory`) and the GPU total; a label that is
+    not a sane MiB count is ignored with a warning (the catalog's figure stays)."""
     memory: dict[str, int] = {}
+    total_mib = None
     for key, value in labels.items():
-        if key.startswith("nvidia.com/mig-") and key.endswith(".memory"):
-            profile = profile_from_resource(key[: -len(".memory")])
-            if profile and value.isdigit() and int(value) > 0:
-                memory[profile] = int(value)
-    total = labels.get(GFD_MEMORY, "")
-    total_mib = int(total) if total.isdigit() and int(total) > 0 else None
+        if not (key == GFD_MEMORY or (key.startswith("nvidia.com/mig-") and key.endswith(".memory"))):
+            continue
+        profile = profile_from_resource(key[: -len(".memory")]) if key != GFD_MEMORY else None
+        if key != GFD_MEMORY and not profile:
+            continue
+        try:
+            mib = label_values.memory_mib(value)
+        except ValueError as e:
+            ctx.warn(where, f"label {key}: {e}; the catalog's memory is used")
+            continue
+        if profile:
+            memory[profile] = mib
+        else:
+            total_mib = mib
     if not memory and total_mib is None:
         return model
     return model.with_live_memory(memory, total_mib)
 
 
 def _layout_from_annotation(raw: str, count: int) -> dict[int, GpuConfig]:
-    data = json.loads(raw)
+    data = item(json.loads(raw), "gpus")
     out: dict[int, GpuConfig] = {}
-    for idx, g in (data.get("gpus") or {}).items():
-        i = int(idx)
+    for idx, raw_gpu in mapping(data.get("gpus"), "gpus").items():
+        i = label_values.gpu_index(idx)
+        g = item(raw_gpu, f"gpus[{idx}]")
+        layout = {
+            str(k): label_values.parse_whole(v, 7, "an instance count")
+            for k, v in mapping(g.get("layout"), f"gpus[{idx}].layout").items()
+        }
         if i < count:
-            out[i] = GpuConfig.mig(g.get("layout") or {}) if g.get("mig", True) else GpuConfig.disabled()
+            out[i] = GpuConfig.mig(layout) if g.get("mig", True) else GpuConfig.disabled()
     return out
+
+
+def _extended(resource: str, value: Decimal) -> int:
+    """An allocatable extended resource: GPUs and MIG instances are bounded counts, others whole units."""
+    try:
+        if resource == WHOLE_GPU_RESOURCE or profile_from_resource(resource):
+            return to_count(value, MAX_INSTANCES_PER_POD, "per node")
+        return to_count(value, 2**62)
+    except ValueError as e:
+        raise ValueError(f"status.allocatable[{resource}]: {e}") from e
+
+
+def _impossible(model: GpuModel | None, configs: Mapping[int, GpuConfig]) -> str:
+    """Why a current layout cannot be on this model (an unknown profile, too many slices), or ""."""
+    if model is None:
+        return ""
+    for i, cfg in sorted(configs.items()):
+        if cfg.mig_enabled:
+            why = geometry(model).problem(cfg.layout)
+            if why:
+                return f"current layout of GPU {i} ({cfg}) is impossible on {model.id}: {why}"
+    return ""
 
 
 @dataclass
@@ -273,51 +183,65 @@ class _Ctx:
     mig_parted: MigPartedConfig | None
     mig_parted_source: str
     warnings: list[str]
+    problems: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, message)
+
+    def warn(self, where: str, message: str, kind: str = "") -> None:
+        """A warning; with `kind` (Node, Pod, ConfigMap) also an object problem the controller reports on it."""
+        self.warnings.append(f"{where}: {message}")
+        if kind:
+            self.problems.append((kind, where.split(" ", 1)[-1], message))
 
 
-def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Node | None:
-    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+def _node(
+    obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx, unreadable: Sequence[str] = ()
+) -> Node | None:
+    meta = meta_of(obj)
     name = str(meta.get("name") or "")
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    annotations = meta.get("annotations") or {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
     where = f"node {name}"
     try:
+        spec, status = mapping(obj.get("spec"), "spec"), mapping(obj.get("status"), "status")
+        labels = {str(k): str(v) for k, v in mapping(meta.get("labels"), "metadata.labels").items()}
+        annotations = mapping(meta.get("annotations"), "metadata.annotations")
+        alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
         allocatable = Resources(
-            math.ceil(_q(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
-            math.ceil(_q(alloc.get("memory", 0), "status.allocatable.memory")),
-            int(_q(alloc.get("pods", 110), "status.allocatable.pods")),
+            math.ceil(quantity_at(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
+            math.ceil(quantity_at(alloc.get("memory", 0), "status.allocatable.memory")),
+            int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
         )
         extended = {
-            k: int(_q(v, f"status.allocatable[{k}]"))
+            str(k): _extended(str(k), quantity_at(v, f"status.allocatable[{k}]"))
             for k, v in alloc.items()
-            if k.startswith("nvidia.com/") or k == ctx.settings.vram_resource
+            if str(k).startswith("nvidia.com/") or k == ctx.settings.vram_resource
         }
-    except ValueError as e:
-        ctx.warnings.append(f"{where}: {e}; node skipped")
+        taints = tuple(
+            Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
+            for t in maps(spec.get("taints"), "spec.taints")
+        )
+    except (ValueError, TypeError) as e:
+        ctx.warn(where, f"{e}; node skipped", "Node")
         return None
-    taints = tuple(
-        Taint(t.get("key") or "", str(t.get("value") or ""), t.get("effect") or "NoSchedule")
-        for t in spec.get("taints") or []
-    )
     inventory = _inventory(annotations, name, ctx)
     product = labels.get(GFD_PRODUCT, "") or (inventory.gpus[0].name if inventory and inventory.gpus else "")
-    total = labels.get(GFD_MEMORY, "")
-    model = ctx.catalog.match_product(product, int(total) if total.isdigit() else None) if product else None
+    model = ctx.catalog.match_product(product, _total_mib(labels)) if product else None
     if model is None:
         model = model_by_pci(ctx.catalog, inventory)
     card = ctx.catalog.match_card(product) if product and model is None else None
     has_gpu_resources = any(k.startswith("nvidia.com/mig-") or k == WHOLE_GPU_RESOURCE for k in extended)
     if product and model is None and card is None:
-        ctx.warnings.append(
-            f"{where}: GPU product {product!r} ({GFD_PRODUCT}) is not in the profile catalog; node skipped "
-            "(add the model with --profiles-dir)"
+        ctx.warn(
+            where,
+            f"GPU product {short(product)} ({GFD_PRODUCT}) is not in the profile catalog; node skipped "
+            "(add the model with --profiles-dir)",
+            "Node",
         )
+        return None
+    if not product and (GFD_PRODUCT in labels or GFD_COUNT in labels):
+        ctx.warn(where, f"label {GFD_PRODUCT} is empty or missing beside other GPU labels; node skipped", "Node")
         return None
     if not product and not has_gpu_resources:
         return None  # not a GPU node
     if model is not None:
-        model = _live_model(model, labels)
+        model = _live_model(model, labels, where, ctx)
         if inventory is not None and (inventory.profiles or inventory.total_mib):
             model = model.with_live_memory(inventory.profiles, inventory.total_mib)  # NVML beats GFD labels
 
@@ -341,15 +265,22 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
             mig_free[profile] = max(0, n - mig_used[profile])
     whole_free = max(0, extended.get(WHOLE_GPU_RESOURCE, 0) - whole_used)
 
-    count_label = labels.get(GFD_COUNT, "")
-    count = int(count_label) if count_label.isdigit() else 0
+    frozen = ""
+    count = 0
+    if GFD_COUNT in labels:
+        try:
+            count = label_values.gpu_count(labels[GFD_COUNT])
+        except ValueError as e:
+            frozen = f"label {GFD_COUNT}: {e}"
+            ctx.warn(where, f"{frozen}; node frozen, its GPUs unknown", "Node")
     if inventory is not None and inventory.gpus:
         if count and count != len(inventory.gpus):
             ctx.warnings.append(
                 f"{where}: {GFD_COUNT}={count} but the node agent sees {len(inventory.gpus)} GPUs; using the agent's"
             )
         count = len(inventory.gpus)
-    frozen = ""
+        if frozen.startswith(f"label {GFD_COUNT}"):
+            frozen = ""
     gpus: tuple[Gpu, ...] = ()
     configs: dict[int, GpuConfig] = {}
     state = labels.get(MIG_CONFIG_STATE, "")
@@ -370,7 +301,7 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
         except (InputError, ValueError, TypeError, AttributeError) as e:
             ctx.warnings.append(f"{where}: current layout unreadable: {e}")
             configs = {}
-        if len(configs) != count:
+        if len(configs) != count and not frozen:
             frozen = (
                 f"current layout unknown (label {MIG_CONFIG}={config_label or '<none>'} not resolved for all "
                 f"{count} GPUs)"
@@ -392,11 +323,18 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
         if pending:
             frozen = frozen or f"MIG mode change pending a GPU reset on GPU {', '.join(map(str, pending))}"
 
+    impossible = _impossible(model, configs)
+    if impossible:  # never planned from, never written into a target: the node keeps no GPUs in the plan
+        ctx.warn(where, f"{impossible}; node frozen", "Node")
+        frozen, configs = impossible, {}
     if configs:
         problem = _cross_check(model, configs, extended)
         if problem:
             ctx.warnings.append(f"{where}: {problem}")
             frozen = frozen or problem
+    if unreadable:  # a running pod we cannot read holds something: the node's usage is unknown, never free
+        frozen = frozen or f"usage unknown: running pod {unreadable[0]} is unreadable"
+        mig_free, whole_free = {}, 0
     if state in ("pending", "rebooting"):
         frozen = f"reconfiguration in progress ({MIG_CONFIG_STATE}={state})"
     elif state == "failed":
@@ -406,7 +344,7 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
     if model is not None and labels.get(MIG_CAPABLE, "true") == "false":
         frozen = frozen or f"{MIG_CAPABLE}=false"
 
-    usage_known = not gpu_pods or (len(configs) == 1)
+    usage_known = not unreadable and (not gpu_pods or (len(configs) == 1))
     from_hardware = None
     if inventory is not None and configs and set(configs) == {g.index for g in inventory.gpus}:
         from_hardware, why = _usage_from_inventory(inventory, mig_used, whole_used, pods_on_node)
@@ -414,7 +352,7 @@ def _node(obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: _Ctx) -> Nod
             ctx.warnings.append(f"{where}: per-GPU usage unknown: {why}")
     if configs:
         per_gpu: dict[int, tuple[Counter[str], int]] = {i: (Counter(), 0) for i in configs}
-        if from_hardware is not None:
+        if from_hardware is not None and not unreadable:
             per_gpu, usage_known = from_hardware, True
         elif gpu_pods and len(configs) == 1:
             (only,) = configs
@@ -529,6 +467,11 @@ def _cross_check(model: GpuModel | None, configs: Mapping[int, GpuConfig], exten
 # Snapshot
 
 
+# Any of these from translating one object costs that object only (its own rejection or warning), never the
+# snapshot: the precise messages come from the checks above, this is the net under them.
+OBJECT_ERRORS = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError)
+
+
 def snapshot_from_objects(
     objects: Iterable[Mapping[str, Any]],
     catalog: Catalog,
@@ -541,45 +484,87 @@ def snapshot_from_objects(
     catalog = catalog.readable_by(operator.mig_parted_version)  # never plan a name mig-manager cannot parse
     objs = _sort(objects, source)
     warnings: list[str] = []
+    ctx = _Ctx(catalog, settings, operator, None, "", warnings)
     rejected: list[tuple[str, str]] = []
+    unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
     pods: list[Pod] = []
-    for obj in objs.pods:
-        meta = _meta(obj)
-        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+    pod_keys = [f"{meta_of(o).get('namespace') or 'default'}/{meta_of(o).get('name') or '?'}" for o in objs.pods]
+    last = {k: i for i, k in enumerate(pod_keys)}  # a later copy wins (a snapshot of snapshots)
+    for i, (key, obj) in enumerate(zip(pod_keys, objs.pods, strict=True)):
+        meta = meta_of(obj)
+        if last[key] != i:
+            ctx.warn(f"pod {key}", "listed more than once; the last copy counts", "Pod")
+            continue
         if meta.get("deletionTimestamp"):
             continue
+        notes: list[str] = []
         try:
-            pod = pod_from_object(obj, settings)
-        except (ValueError, KeyError, TypeError) as e:
-            rejected.append((key, f"invalid pod spec: {e}"))
+            pod = pod_from_object(obj, settings, notes)
+        except OBJECT_ERRORS as e:
+            spec = obj.get("spec")
+            bound = spec.get("nodeName") if isinstance(spec, Mapping) else None
+            status = obj.get("status")
+            phase = status.get("phase") if isinstance(status, Mapping) else None
+            if bound and phase not in TERMINAL:
+                unreadable.setdefault(str(bound), []).append(key)
+                ctx.warn(f"pod {key}", f"unreadable ({_why(e)}); node {bound}'s usage is unknown", "Pod")
+            else:
+                rejected.append((key, f"invalid pod spec: {_why(e)}"))
             continue
+        for note in notes:
+            ctx.warn(f"pod {key}", note, "Pod")
         if pod.phase in TERMINAL:
             continue
         if pod.pending and pod.scheduler_name == FALLBACK_SCHEDULER:
             continue  # placed by migctl's VRAM-unit scheduler on non-MIG GPUs, not by MIG planning
         pods.append(pod)
-    mig_parted, mp_source = None, ""
     for cm in objs.configmaps:
-        meta = _meta(cm)
+        meta = meta_of(cm)
         if meta.get("name") == operator.configmap_name and meta.get("namespace") == operator.configmap_namespace:
             mp_source = f"ConfigMap {operator.configmap_namespace}/{operator.configmap_name}[{operator.configmap_key}]"
-            text = (cm.get("data") or {}).get(operator.configmap_key)
+            ctx.mig_parted_source = mp_source
+            data = cm.get("data")
+            if data is not None and not isinstance(data, Mapping):
+                ctx.warn(
+                    f"ConfigMap {operator.configmap_namespace}/{operator.configmap_name}",
+                    f"data: expected an object, got {type(data).__name__}; current layouts come only from node "
+                    "annotations",
+                    "ConfigMap",
+                )
+                continue
+            text = (data or {}).get(operator.configmap_key)
             if text is None:
                 warnings.append(f"{mp_source}: key missing; current layouts come only from node annotations")
                 continue
             try:
-                mig_parted = parse(str(text), mp_source, operator.mig_parted_version)
-                warnings.extend(f"{mp_source}: {why}" for why in mig_parted.skipped)
+                ctx.mig_parted = parse(str(text), mp_source, operator.mig_parted_version)
+                warnings.extend(f"{mp_source}: {why}" for why in ctx.mig_parted.skipped)
             except InputError as e:
                 warnings.append(f"{e}; current layouts come only from node annotations")
+                ctx.problems.append(("ConfigMap", f"{operator.configmap_namespace}/{operator.configmap_name}", str(e)))
     by_node: dict[str, list[Pod]] = {}
     for p in pods:
         if p.node:
             by_node.setdefault(p.node, []).append(p)
-    ctx = _Ctx(catalog, settings, operator, mig_parted, mp_source, warnings)
     nodes = []
-    for obj in objs.nodes:
-        node = _node(obj, by_node.get(str(_meta(obj).get("name")), []), ctx)
+    node_names = [str(meta_of(o).get("name")) for o in objs.nodes]
+    last_node = {k: i for i, k in enumerate(node_names)}
+    for i, (name, obj) in enumerate(zip(node_names, objs.nodes, strict=True)):
+        if last_node[name] != i:
+            ctx.warn(f"node {name}", "listed more than once; the last copy counts", "Node")
+            continue
+        try:
+            node = _node(obj, by_node.get(name, []), ctx, unreadable.get(name, ()))
+        except OBJECT_ERRORS as e:
+            ctx.warn(f"node {name}", f"unreadable ({_why(e)}); node skipped", "Node")
+            continue
         if node is not None:
             nodes.append(node)
-    return Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected))
+    return Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected), tuple(ctx.problems))
+
+
+def _why(e: BaseException) -> str:
+    """The error's own words: ours name the field; anything else at least its type (never a traceback)."""
+    if isinstance(e, ValueError | TypeError) and str(e):
+        return str(e)
+    return f"{type(e).__name__}: {short(str(e))}"

@@ -216,7 +216,7 @@ def vram_requests_section(
     the cost is per pod kind and GPU class. Offline there are no namespace labels, so the namespace opt-out is
     not applied (the pod annotation is).
     """
-    from migctl.adapters.objects import placement_from_object
+    from migctl.adapters.pods import placement_from_object
     from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
     from migctl.core.vram_request import asks_for_vram, decide
     from migctl.webhook.settings import WebhookSettings
@@ -226,10 +226,15 @@ def vram_requests_section(
     index = OfferIndex(offers_from_snapshot(snapshot, planner))
     read = {p.key: p for p in snapshot.pods}
     out: list[dict[str, Any]] = []
+    unreadable = {k for k, _ in snapshot.rejected}  # the plan already says why; the webhook never sees them
     for obj in objects:
         if obj.get("kind") != "Pod":
             continue
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        if not (isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)):
+            continue
+        if f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}" in unreadable:
+            continue
         if spec.get("nodeName") or (status.get("phase") or "Pending") != "Pending" or meta.get("deletionTimestamp"):
             continue
         if spec.get("schedulerName") == rules.fallback_scheduler:

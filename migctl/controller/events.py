@@ -27,6 +27,17 @@ EVICTED = "MigctlEvicted"
 RECONFIGURED = "MigctlReconfigured"
 ROLLED_BACK = "MigctlRolledBack"
 NEEDS_ATTENTION = "MigctlNeedsAttention"
+INVALID = "MigctlInvalid"  # an object migctl cannot read: which field, which value, what was expected
+
+
+def object_ref(kind: str, name: str) -> Obj:
+    """A reference to a Pod (`ns/name`), Node or ConfigMap (`ns/name`) for an Event."""
+    if kind == "Pod":
+        return pod_ref(name)
+    if kind == "Node":
+        return node_ref(name)
+    namespace, _, short = name.partition("/")
+    return {"kind": kind, "name": short, "namespace": namespace, "apiVersion": "v1"}
 
 
 def node_ref(name: str, uid: str | None = None) -> Obj:

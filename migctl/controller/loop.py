@@ -100,6 +100,8 @@ class Controller:
         self.last_plan_id = ""
         self.last_decisions: list[tuple[str, bool, str]] = []
         self._pod_notes: dict[str, str] = {}
+        self._object_notes: dict[tuple[str, str], str] = {}
+        self.failed_in_a_row = 0  # reconciles that raised since the last one that did not (readiness)
         self._lock = threading.Lock()  # workers, settled
         self._reconcile_lock = threading.Lock()
         self._again = threading.Event()
@@ -131,7 +133,7 @@ class Controller:
                 self.settings.metrics_address,
                 self.settings.metrics_port,
                 self._healthy,
-                self.cache.synced,
+                self._ready,
             )
             self.server.start()
         self.cache.start()
@@ -168,6 +170,10 @@ class Controller:
 
     def _healthy(self) -> bool:
         return not self._stop.is_set() and self.scheduler.running
+
+    def _ready(self) -> bool:
+        """Synced, and able to plan: not `unready_after_failed_reconciles` failures in a row."""
+        return self.cache.synced() and self.failed_in_a_row < self.settings.unready_after_failed_reconciles
 
     def _started_leading(self) -> None:
         if self._stop.is_set():
@@ -247,7 +253,12 @@ class Controller:
         try:
             self.reconcile()
         except Exception:
-            log.exception("reconcile failed; the next trigger retries")
+            self.failed_in_a_row += 1
+            self.metrics.reconcile_errors.inc()
+            log.exception("reconcile failed (%d in a row); the next trigger retries", self.failed_in_a_row)
+        else:
+            self.failed_in_a_row = 0
+        self.metrics.failed_in_a_row.set(self.failed_in_a_row)
 
     # -- reconcile -----------------------------------------------------------------------------------------
 
@@ -312,6 +323,11 @@ class Controller:
         result = make_plan(snapshot, self.config.planner)
         self.metrics.plan_seconds.observe(time.perf_counter() - started)
         self.metrics.plans.inc()
+        self.metrics.last_plan.set(time.time())
+        if result.budget_exhausted:
+            self.metrics.budget_exhausted.inc()
+            log.warning("plan stopped at planner.work_budget (%d work units): best plan so far", result.work_units)
+        self._report_invalid(snapshot)
         self.last_plan = result
         plan_id = "p" + hashlib.sha256(json.dumps(result.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
         self._publish(snapshot, result)
@@ -529,6 +545,21 @@ class Controller:
         m.stranded_node.clear()
         for n in result.nodes:
             m.stranded_node.labels(n.name).set(sum(g.unusable_mib_before for g in n.gpus))
+
+    def _report_invalid(self, snapshot: Snapshot) -> None:
+        """Count the objects the snapshot could not use, and put a warning Event on each (once per message)."""
+        kinds = {"Pod": len(snapshot.rejected), "Node": 0, "ConfigMap": 0}
+        notes: dict[tuple[str, str], str] = {("Pod", k): f"not planned: {why}" for k, why in snapshot.rejected}
+        for kind, name, message in snapshot.problems:
+            if (kind, name) not in notes:
+                kinds[kind] = kinds.get(kind, 0) + 1
+            notes[(kind, name)] = message
+        for kind, n in kinds.items():
+            self.metrics.rejected.labels(kind).set(n)
+        for (kind, name), message in notes.items():
+            if self._object_notes.get((kind, name)) != message:
+                self.events.emit(ev.object_ref(kind, name), ev.INVALID, message, warning=True)
+        self._object_notes = notes
 
     def _pod_events(self, result: Plan, plan_id: str, node: str, starting: bool) -> None:
         """One Event per pod per change of what migctl says about it (not one per reconcile)."""

@@ -2,7 +2,7 @@
 
 Each controller has its own registry, so several controllers in one process (the tests) never collide.
 /healthz: the process and its loop are alive. /readyz: the caches have synced (a follower is ready too: it is
-a hot standby).
+a hot standby) and the last `controller.unready_after_failed_reconciles` reconciles did not all fail.
 """
 
 from __future__ import annotations
@@ -52,6 +52,27 @@ class Metrics:
         self.leader = Gauge("migctl_leader", "1 while this replica holds the Lease and acts", registry=r)
         self.in_flight = Gauge("migctl_nodes_reconfiguring", "Nodes being reconfigured now", registry=r)
         self.paused = Gauge("migctl_paused", "1 while the pause switch is on", registry=r)
+        self.rejected = Gauge(
+            "migctl_rejected_objects",
+            "Objects the last snapshot could not use, by kind: pods rejected or unreadable, nodes skipped or frozen "
+            "for bad labels, status or layout, ConfigMaps unreadable (each also gets a warning Event)",
+            ["kind"],
+            registry=r,
+        )
+        self.reconcile_errors = Counter(
+            "migctl_reconcile_errors", "Reconciles that failed with an error (the next one retries)", registry=r
+        )
+        self.failed_in_a_row = Gauge(
+            "migctl_reconciles_failed_in_a_row", "Reconciles that failed since the last one that succeeded", registry=r
+        )
+        self.last_plan = Gauge(
+            "migctl_last_successful_plan_timestamp_seconds", "Unix time of the last plan computed", registry=r
+        )
+        self.budget_exhausted = Counter(
+            "migctl_plan_budget_exhausted",
+            "Plans that hit planner.work_budget and returned the best plan found so far",
+            registry=r,
+        )
         self.held = Gauge(
             "migctl_guard_refusals", "Planned node changes refused by a guard rail (last plan)", registry=r
         )

@@ -12,16 +12,20 @@ from dataclasses import dataclass
 from migctl.controller.configmap import MIG_CONFIG
 from migctl.controller.kubeapi import Obj
 from migctl.controller.nodestate import Target
+from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig
 from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource, resource_name
+from migctl.core.quantity import parse_quantity, to_count
 
 MIG_STATE = "nvidia.com/mig.config.state"
 
 
-def _count(value: object) -> bool:
-    """A plain ASCII count (`"²".isdigit()` is True, and int() then fails)."""
-    text = str(value)
-    return text.isascii() and text.isdigit() and len(text) <= 6
+def _count(value: object) -> int | None:
+    """A resource or GFD count through the one strict parser; None when unreadable (then it cannot match)."""
+    try:
+        return to_count(parse_quantity(value), MAX_INSTANCES_PER_POD)
+    except ValueError:
+        return None
 
 
 def mig_manager_verdict(labels: Mapping[str, str], config: str, elapsed: float, timeout: float) -> str:
@@ -58,21 +62,19 @@ def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
     have: dict[str, int] = {}
     for k, v in alloc.items():
         if profile_from_resource(k) or k == WHOLE_GPU_RESOURCE:
-            if not _count(v):
-                continue
-            n = int(str(v))
-            if n > 0:
+            n = _count(v)
+            if n is not None and n > 0:
                 have[k] = n
     problems = []
     if dict(want) != have:
         problems.append(f"allocatable {dict(sorted(have.items()))} != expected {dict(sorted(want.items()))}")
     labels = ((node.get("metadata") or {}).get("labels")) or {}
     gfd = {
-        k[: -len(".count")]: int(v)
+        k[: -len(".count")]: _count(v)
         for k, v in labels.items()
-        if profile_from_resource(k[: -len(".count")] if k.endswith(".count") else "") and _count(v)
+        if profile_from_resource(k[: -len(".count")] if k.endswith(".count") else "")
     }
-    gfd = {k: v for k, v in gfd.items() if v > 0}
+    gfd = {k: v for k, v in gfd.items() if v is not None and v > 0}
     want_mig = {k: v for k, v in want.items() if k != WHOLE_GPU_RESOURCE}
     if gfd != want_mig:
         problems.append(f"GFD counts {dict(sorted(gfd.items()))} != expected {dict(sorted(want_mig.items()))}")

@@ -195,6 +195,7 @@ class Snapshot:
     pods: tuple[Pod, ...]
     warnings: tuple[str, ...] = ()
     rejected: tuple[tuple[str, str], ...] = ()  # (pod key, why its spec could not be read)
+    problems: tuple[tuple[str, str, str], ...] = ()  # (kind, name, what is wrong): objects skipped or frozen
 
     @property
     def pending(self) -> tuple[Pod, ...]:

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from migctl.core.label_values import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
 from migctl.core.migparted import GpuConfig
 from migctl.errors import InputError, Problem, from_validation_error
 
@@ -23,6 +24,7 @@ INVENTORY_VERSION = "v1"
 NonNegative = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(gt=0)]
 PciId = Annotated[str, Field(pattern=r"^0x[0-9A-F]{8}$")]
+Memory = Annotated[int, Field(gt=0, le=MAX_GPU_MEMORY_MIB)]  # sane bounds: the annotation is input like any other
 
 
 class _Strict(BaseModel):
@@ -37,7 +39,7 @@ class MigDevice(_Strict):
     gi: NonNegative = Field(description="GPU instance id")
     start: NonNegative = Field(description="first placement unit (memory slice)")
     size: Positive = Field(description="placement units occupied")
-    memory_mib: Positive
+    memory_mib: Memory
     uuid: str = Field(min_length=1, description="MIG device UUID (MIG-...), what NVIDIA_VISIBLE_DEVICES accepts")
     busy: bool | None = Field(description="a process runs on it; None when NVML cannot say")
 
@@ -45,15 +47,15 @@ class MigDevice(_Strict):
 class GpuInfo(_Strict):
     """One physical GPU."""
 
-    index: NonNegative
+    index: Annotated[int, Field(ge=0, lt=MAX_GPUS_PER_NODE)]
     uuid: str = Field(min_length=1)
     name: str = Field(min_length=1, description="NVML device name, e.g. NVIDIA A100-SXM4-40GB")
-    memory_mib: Positive = Field(description="total framebuffer memory, MiB")
+    memory_mib: Memory = Field(description="total framebuffer memory, MiB")
     mig_capable: bool
     mig_enabled: bool = Field(description="current MIG mode")
     mig_pending: bool = Field(description="MIG mode after the next GPU reset")
     busy: bool | None = Field(description="a process runs on the GPU (any of its MIG devices); None when unknown")
-    instances: tuple[MigDevice, ...] = ()
+    instances: tuple[MigDevice, ...] = Field((), max_length=7 * 8)
     pci_device_id: PciId | None = Field(
         None, description="NVML pciDeviceId as mig-parted's device-filter writes it (0xDDDDVVVV); None: not read"
     )
@@ -96,8 +98,8 @@ class Inventory(_Strict):
 
     version: Literal["v1"] = "v1"
     driver: str = ""
-    gpus: tuple[GpuInfo, ...] = ()
-    profiles: dict[str, Positive] = Field(
+    gpus: tuple[GpuInfo, ...] = Field((), max_length=MAX_GPUS_PER_NODE)
+    profiles: dict[str, Memory] = Field(
         default_factory=dict, description="live memory (MiB) of each GPU-instance profile the GPUs offer"
     )
 
@@ -138,6 +140,9 @@ def parse_inventory(raw: str, node: str) -> Inventory:
             where,
             [Problem(f"{field}.version", f"unsupported inventory version {version!r}; expected {INVENTORY_VERSION!r}")],
         )
+    gpus = data.get("gpus")
+    if isinstance(gpus, list) and len(gpus) > MAX_GPUS_PER_NODE:
+        raise InputError(where, [Problem(f"{field}.gpus", f"{len(gpus)} GPUs; at most {MAX_GPUS_PER_NODE} per node")])
     try:
         return Inventory.model_validate(data)
     except ValidationError as e:

@@ -95,6 +95,8 @@ class Plan:
     unplaced: tuple[Unplaced, ...]
     evictions: tuple[Eviction, ...]
     warnings: tuple[str, ...] = ()
+    work_units: int = 0  # what planning spent (core/budget.py)
+    budget_exhausted: bool = False  # planner.work_budget cut planning short: the best plan so far
 
     def objective(self) -> tuple[int, int]:
         """(pods placed, stranded MiB of the objective): what the exact reference compares."""
@@ -151,6 +153,7 @@ class Plan:
             ],
             "unplaced": [{"pod": u.pod, "reason": u.reason} for u in self.unplaced],
             "warnings": list(self.warnings),
+            "budget": {"work_units": self.work_units, "exhausted": self.budget_exhausted},
         }
 
 

@@ -28,6 +28,7 @@ from itertools import count
 from operator import attrgetter
 
 from migctl.core.bins import Bin, Box, Item
+from migctl.core.budget import WorkBudget
 from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
@@ -1222,7 +1223,8 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     such chains once more on that plan.
     """
     with _collector_paused():
-        return _plan(snapshot, settings)
+        budget = WorkBudget.for_snapshot(snapshot, settings)
+        return budget.stamp(_plan(snapshot, settings, budget))
 
 
 @contextmanager
@@ -1240,10 +1242,11 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
+def _plan(snapshot: Snapshot, settings: PlannerSettings | None, budget: WorkBudget) -> Plan:
     shapes: dict[str, Shapes] = {}
     completions: dict[str, _Completions] = {}
     first = Planner(snapshot, settings, shapes=shapes, completions=completions)
+    budget.take()  # the first pass always runs
     best = first.run()
     maker = first
     placed = {a.pod for a in best.assignments}
@@ -1253,6 +1256,8 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
         best_rank = rank(best, snapshot)
         ranked = [(best_rank, 0, STRATEGIES[0])]
         for i, strategy in enumerate(STRATEGIES[1:], 1):
+            if not budget.take():
+                break
             other_maker = Planner(snapshot, settings, strategy, shapes=shapes, completions=completions)
             other = other_maker.run()
             other_rank = rank(other, snapshot)
@@ -1264,7 +1269,7 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
         latest = best
         for r in range(SQUEAKY_ROUNDS):
             left = {p.key for p in snapshot.pending} - {a.pod for a in latest.assignments} - hopeless
-            if not left or left <= boost:
+            if not left or left <= boost or not budget.take():
                 break
             boost |= left
             latest_maker = Planner(snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes, completions)
@@ -1272,12 +1277,14 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
             latest_rank = rank(latest, snapshot)
             if latest_rank < best_rank:
                 best, best_rank, maker = latest, latest_rank, latest_maker
-    if maker.can_polish:
+    if maker.can_polish and budget.take():
         polished = maker.polish()
         if rank(polished, snapshot) <= rank(best, snapshot):  # it never ranks worse
             best = polished
     placed = {a.pod for a in best.assignments}
     if maker.evictions or all(p.key in placed or p.key in hopeless for p in snapshot.pending):
+        return best
+    if not budget.take():
         return best
     augmented = maker.augment()
     return augmented if rank(augmented, snapshot) <= rank(best, snapshot) else best

@@ -26,6 +26,13 @@ class PlannerSettings(BaseModel):
     )
     exclude_label: str = Field("migctl.io/exclude", description="Nodes with this label set to `true` are left alone.")
     reconfigure_taint: str = Field("migctl.io/reconfiguring", description="Taint key migctl sets while it acts.")
+    work_budget: int = Field(
+        50_000_000,
+        ge=1,
+        description="Work units one plan may spend (a pass over the pending pods and GPUs costs one unit per pod "
+        "and per GPU; not wall-clock time, so the same input gives the same plan). Past it, the best plan so far "
+        "is returned and says so.",
+    )
 
 
 class GpuOperatorSettings(BaseModel):

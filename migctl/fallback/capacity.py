@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from migctl.adapters.fields import mapping, maps
 from migctl.adapters.objects import (
     GFD_COUNT,
     GFD_MEMORY,
     GFD_PRODUCT,
+    OBJECT_ERRORS,
     TERMINAL,
-    pod_from_object,
     snapshot_from_objects,
 )
+from migctl.adapters.pods import pod_from_object
+from migctl.core import label_values
 from migctl.core.catalog import Catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.demand import effective_requests
@@ -74,8 +77,8 @@ def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
     """Eligible GPUs of a Node object; None when it is not a GPU node at all."""
     meta = _meta(node)
     name = str(meta.get("name") or "")
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    raw = (meta.get("annotations") or {}).get(INVENTORY_ANNOTATION)
+    labels = {str(k): str(v) for k, v in mapping(meta.get("labels"), "metadata.labels").items()}
+    raw = mapping(meta.get("annotations"), "metadata.annotations").get(INVENTORY_ANNOTATION)
     if raw:
         try:
             inv = parse_inventory(str(raw), name)
@@ -88,43 +91,68 @@ def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
     product = labels.get(GFD_PRODUCT, "")
     if not product:
         return None
-    count = labels.get(GFD_COUNT, "")
-    if not count.isdigit() or int(count) == 0:
-        return NodeGpus(source="gfd", reason=f"no usable {GFD_COUNT} label")
+    try:
+        count = label_values.gpu_count(labels.get(GFD_COUNT, ""))
+    except ValueError as e:
+        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_COUNT}: {e}")
     model, card = catalog.match_product(product), catalog.match_card(product)
-    status = node.get("status") or {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
+    status = mapping(node.get("status"), "status")
+    alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
     mig_on = any(
-        k.startswith("nvidia.com/mig-") and k.endswith(".count") and v.isdigit() and int(v) > 0
-        for k, v in labels.items()
-    ) or any(k.startswith(RESOURCE_PREFIX) and str(v).isdigit() and int(str(v)) > 0 for k, v in alloc.items())
+        k.startswith("nvidia.com/mig-") and k.endswith(".count") and _positive(v) for k, v in labels.items()
+    ) or any(str(k).startswith(RESOURCE_PREFIX) and _positive(v) for k, v in alloc.items())
     if mig_on:
         return NodeGpus(source="gfd", reason="some GPUs have MIG on; per-GPU MIG state needs the node agent")
-    memory = labels.get(GFD_MEMORY, "")
-    if memory.isdigit() and int(memory) > 0:
-        mib = int(memory)
+    memory = labels.get(GFD_MEMORY)
+    if memory is not None:
+        try:
+            mib = label_values.memory_mib(memory)
+        except ValueError as e:
+            return NodeGpus(source="gfd", reason=f"unreadable label {GFD_MEMORY}: {e}")
     elif card is not None or model is not None:
         mib = card.memory_mib if card is not None else model.memory_mib  # type: ignore[union-attr]
     else:
         return NodeGpus(source="gfd", reason=f"GPU product {product!r} has no {GFD_MEMORY} label and no catalog entry")
-    return NodeGpus(tuple(GpuMemory(i, None, mib) for i in range(int(count))), "gfd")
+    return NodeGpus(tuple(GpuMemory(i, None, mib) for i in range(count)), "gfd")
+
+
+def _positive(value: object) -> bool:
+    """A count label or resource above zero; an unreadable one counts as above zero (the safe side: MIG on)."""
+    try:
+        return parse_quantity(value) > 0
+    except ValueError:
+        return True
 
 
 def vram_units(obj: Mapping[str, Any], resource: str) -> int:
     """A pod's effective request of `resource` (what the kube-scheduler accounts), in whole units."""
-    spec = obj.get("spec") or {}
+    spec = mapping(obj.get("spec"), "spec")
 
-    def requests(c: Mapping[str, Any]) -> dict[str, Decimal]:
-        res = c.get("resources") or {}
-        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return {k: parse_quantity(v) for k, v in merged.items() if k == resource}
+    def requests(c: Mapping[str, Any], where: str) -> dict[str, Decimal]:
+        res = mapping(c.get("resources"), f"{where}.resources")
+        merged = {**mapping(res.get("limits"), "limits"), **mapping(res.get("requests"), "requests")}
+        return {k: _q(v, f"{where}.resources[{k}]") for k, v in merged.items() if k == resource}
 
     eff = effective_requests(
-        [requests(c) for c in spec.get("containers") or []],
-        [(requests(c), c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or []],
-        {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items() if k == resource},
+        [requests(c, f"spec.containers[{i}]") for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))],
+        [
+            (requests(c, f"spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
+            for i, c in enumerate(maps(spec.get("initContainers"), "spec.initContainers"))
+        ],
+        {
+            k: _q(v, f"spec.overhead[{k}]")
+            for k, v in mapping(spec.get("overhead"), "spec.overhead").items()
+            if k == resource
+        },
     )
     return math.ceil(eff.get(resource, Decimal(0)))
+
+
+def _q(value: object, where: str) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
 
 
 @dataclass
@@ -156,7 +184,9 @@ def fallback_view(
     for obj in objs:
         if obj.get("kind") != "Pod" or _meta(obj).get("deletionTimestamp"):
             continue
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        spec, status = obj.get("spec"), obj.get("status")
+        spec = spec if isinstance(spec, Mapping) else {}
+        status = status if isinstance(status, Mapping) else {}
         if status.get("phase") in TERMINAL:
             continue
         if spec.get("nodeName"):
@@ -166,7 +196,7 @@ def fallback_view(
             try:
                 pod = pod_from_object(obj, planner)
                 units = vram_units(obj, settings.resource)
-            except (ValueError, KeyError, TypeError) as e:
+            except OBJECT_ERRORS as e:
                 view.warnings.append(f"pod {key}: invalid spec: {e}")
                 continue
             view.pods.append(VramPod(pod, units, str(_meta(obj).get("uid") or "")))
@@ -174,7 +204,11 @@ def fallback_view(
         if obj.get("kind") != "Node":
             continue
         name = str(_meta(obj).get("name") or "")
-        gpus = node_gpus(obj, catalog)
+        try:
+            gpus = node_gpus(obj, catalog)
+        except OBJECT_ERRORS as e:
+            view.warnings.append(f"node {name}: unreadable ({e}); not a fallback node")
+            continue
         if gpus is None:
             continue
         view.capacity[name] = node_units(gpus, settings)
@@ -195,22 +229,25 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
     reason = gpus.reason
     indices = {g.index for g in gpus.gpus}
     for obj in pods:
-        limits = [
-            k
-            for c in (obj.get("spec") or {}).get("containers") or []
-            for k in {**((c.get("resources") or {}).get("limits") or {})}
-        ]
-        if not reason and any(k == WHOLE_GPU_RESOURCE or k.startswith(RESOURCE_PREFIX) for k in limits):
-            reason = "runs pods that request nvidia.com GPUs: which GPUs they hold is unknown"
+        key = f"{_meta(obj).get('namespace') or 'default'}/{_meta(obj).get('name')}"
         try:
+            limits = [
+                k
+                for c in maps(mapping(obj.get("spec"), "spec").get("containers"), "spec.containers")
+                for k in mapping(mapping(c.get("resources"), "resources").get("limits"), "resources.limits")
+            ]
             units = vram_units(obj, settings.resource)
-        except ValueError:
+            raw = mapping(_meta(obj).get("annotations"), "metadata.annotations").get(GPU_INDEX_ANNOTATION)
+        except OBJECT_ERRORS as e:  # it holds something we cannot read: the node's use is unknown, never free
+            reason = reason or f"usage unknown: running pod {key} is unreadable ({e})"
             continue
+        if not reason and any(k == WHOLE_GPU_RESOURCE or str(k).startswith(RESOURCE_PREFIX) for k in limits):
+            reason = "runs pods that request nvidia.com GPUs: which GPUs they hold is unknown"
         if units <= 0:
             continue
-        raw = str(((_meta(obj).get("annotations") or {}).get(GPU_INDEX_ANNOTATION)) or "")
-        if raw.isdigit() and int(raw) in indices:
-            used[int(raw)] = used.get(int(raw), 0) + units
+        index = _index(raw)
+        if index is not None and index in indices:
+            used[index] = used.get(index, 0) + units
         else:
             unattributed += units
     vgpus = tuple(
@@ -223,3 +260,12 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
         for g in gpus.gpus
     )
     return VramNode(node, vgpus, unattributed, gpus.source, reason)
+
+
+def _index(raw: object) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return label_values.gpu_index(raw)
+    except ValueError:
+        return None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from migctl.adapters.objects import placement_from_object
+from migctl.adapters.pods import placement_from_object
 from migctl.core.cluster import Pod
 from migctl.core.vram_offers import ModelOffer, OfferIndex
 from migctl.core.vram_request import CHOICE_ANNOTATION, VramDecision, VramRules, decide

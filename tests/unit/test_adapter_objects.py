@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from migctl.adapters.objects import load_objects, pod_from_object, snapshot_from_objects
+from migctl.adapters.objects import load_objects, snapshot_from_objects
+from migctl.adapters.pods import pod_from_object
 from migctl.cli.plan import example_path
 from migctl.core.catalog import Catalog
 from migctl.core.settings import PlannerSettings

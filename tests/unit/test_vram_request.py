@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from migctl.adapters.objects import placement_from_object
+from migctl.adapters.pods import placement_from_object
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, Node, Snapshot
 from migctl.core.migparted import GpuConfig

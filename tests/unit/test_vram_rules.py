@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from migctl.adapters.objects import placement_from_object, pod_from_object
+from migctl.adapters.pods import placement_from_object, pod_from_object
 from migctl.core import vram_offers
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import GpuDemand, Node, Snapshot, Taint

@@ -1,0 +1,237 @@
+"""Pod objects -> planner `Pod`s: effective requests, GPU demand, scheduling constraints, read strictly.
+
+Split from `objects.py` (nodes and the snapshot). Every quantity goes through `core/quantity.py`, every field
+through `fields.py`, so a bad pod raises ValueError or TypeError naming the field and the value, and the caller
+turns it into that pod's rejection (or, for a bound pod, into its node's unknown usage).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from migctl.adapters.fields import items, mapping, maps, short
+from migctl.core import label_values
+from migctl.core.cluster import GpuDemand, Pod, Requirement, Resources, Term, Toleration
+from migctl.core.demand import effective_requests, shared_instances
+from migctl.core.label_values import MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_POD
+from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
+from migctl.core.quantity import MIB, parse_quantity, to_count
+from migctl.core.settings import PlannerSettings
+from migctl.core.vram_fit import GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler before binding
+
+_COUNTED = ("cpu", "memory", "pods")
+_INT = re.compile(r"^-?[0-9]{1,10}$")
+
+
+def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata") or {}
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def quantity_at(value: Any, where: str) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pods
+
+
+def _container_requests(
+    c: Mapping[str, Any], where: str, lenient: list[str] | None = None, gpu_resource: str = ""
+) -> dict[str, Decimal]:
+    """The container's effective requests. With `lenient` (a bound pod), an unreadable resource that neither
+    MIG planning nor the node's GPU use depends on (not cpu, memory, pods, an nvidia.com resource or the VRAM
+    resource `gpu_resource`) is noted there and left out instead of making the whole pod unreadable."""
+    res = mapping(c.get("resources"), f"{where}.resources")
+    merged: dict[str, Any] = dict(mapping(res.get("limits"), f"{where}.resources.limits"))  # requests default to limits
+    merged.update(mapping(res.get("requests"), f"{where}.resources.requests"))
+    out: dict[str, Decimal] = {}
+    for k, v in merged.items():
+        try:
+            out[str(k)] = quantity_at(v, f"{where}.resources[{k}]")
+        except ValueError as e:
+            if lenient is None or str(k) in (*_COUNTED, gpu_resource) or str(k).startswith("nvidia.com/"):
+                raise
+            lenient.append(f"{e}; ignored (not a resource GPU planning counts)")
+    return out
+
+
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _requirements(value: Any, where: str) -> tuple[Requirement, ...]:
+    """Node selector requirements; a missing key or an unknown operator names the field (the API server refuses
+    both, so a snapshot that has them was edited by hand)."""
+    out = []
+    for i, e in enumerate(maps(value, where)):
+        key, op = e.get("key"), e.get("operator")
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{where}[{i}].key: {short(key)}; expected a label key")
+        if op not in _OPERATORS:
+            raise ValueError(f"{where}[{i}].operator: {short(op)}; expected one of {', '.join(_OPERATORS)}")
+        values = items(e.get("values"), f"{where}[{i}].values")
+        out.append(Requirement(key, str(op), tuple(str(v) for v in values)))
+    return tuple(out)
+
+
+def _terms(pod_spec: Mapping[str, Any]) -> tuple[Term, ...]:
+    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    affinity = mapping(pod_spec.get("affinity"), "spec.affinity")
+    na = mapping(
+        mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity").get(where.rsplit(".", 1)[1]), where
+    )
+    terms = []
+    for i, t in enumerate(maps(na.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")):
+        at = f"{where}.nodeSelectorTerms[{i}]"
+        exprs = _requirements(t.get("matchExpressions"), f"{at}.matchExpressions")
+        terms.append(Term(exprs, _requirements(t.get("matchFields"), f"{at}.matchFields")))
+    return tuple(terms)
+
+
+def _to_int(value: Decimal, where: str, maximum: int) -> int:
+    try:
+        return to_count(value, maximum, "per pod: more than any node offers")
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+
+
+def _vram_demands(
+    containers: Sequence[Mapping[str, Decimal]], inits: Sequence[tuple[Mapping[str, Decimal], bool]], res: str
+) -> list[GpuDemand]:
+    """One instance per container with a VRAM request, plain init containers sharing (`shared_instances`)."""
+
+    def mib(r: Mapping[str, Decimal]) -> int:
+        return max(0, math.ceil(r.get(res, Decimal(0)) / MIB))
+
+    sizes, _ = shared_instances([(mib(r), restartable) for r, restartable in inits], [mib(r) for r in containers])
+    return [GpuDemand("vram", n, vram_mib=m) for m, n in sorted(Counter(sizes).items())]
+
+
+def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None) -> Pod:
+    """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
+    rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
+    with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
+    unreadable resource MIG planning does not count (`_container_requests`)."""
+    meta, spec = meta_of(obj), mapping(obj.get("spec"), "spec")
+    status = mapping(obj.get("status"), "status")
+    lenient = notes if spec.get("nodeName") else None
+    containers = [
+        _container_requests(c, f"spec.containers[{i}]", lenient, settings.vram_resource)
+        for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))
+    ]
+    inits = [
+        (
+            _container_requests(c, f"spec.initContainers[{i}]", lenient, settings.vram_resource),
+            c.get("restartPolicy") == "Always",
+        )
+        for i, c in enumerate(maps(spec.get("initContainers"), "spec.initContainers"))
+    ]
+    overhead = {
+        str(k): quantity_at(v, f"spec.overhead[{k}]") for k, v in mapping(spec.get("overhead"), "spec.overhead").items()
+    }
+    eff = effective_requests(containers, inits, overhead)
+    demands: list[GpuDemand] = []
+    for res, value in sorted(eff.items()):
+        if value == 0:
+            continue
+        profile = profile_from_resource(res)
+        if profile is not None:
+            n = _to_int(value, f"resources[{res}]", MAX_INSTANCES_PER_POD)
+            demands.append(GpuDemand("profile", n, profile=profile))
+        elif res == WHOLE_GPU_RESOURCE:
+            demands.append(GpuDemand("gpu", _to_int(value, f"resources[{res}]", MAX_GPUS_PER_NODE)))
+        elif res == settings.vram_resource:
+            if value <= 0:
+                raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
+            demands.extend(_vram_demands(containers, inits, res))
+    annotations = mapping(meta.get("annotations"), "metadata.annotations")
+    need = None
+    if settings.vram_annotation in annotations and demands:  # the real need matters only to a GPU pod
+        where = f"metadata.annotations[{settings.vram_annotation}]"
+        try:
+            value = quantity_at(annotations[settings.vram_annotation], where)
+            if value <= 0:
+                raise ValueError(f"{where}: {value} is not a positive amount of memory (expected e.g. 6Gi)")
+            need = math.ceil(value / MIB)
+        except ValueError:
+            if notes is None or not spec.get("nodeName"):
+                raise
+            notes.append(f"{where}: {short(annotations[settings.vram_annotation])} unreadable; ignored")
+    scheduled: Mapping[str, Any] = next(
+        (c for c in maps(status.get("conditions"), "status.conditions") if c.get("type") == "PodScheduled"), {}
+    )
+    priority = spec.get("priority") or 0
+    if isinstance(priority, str) and _INT.match(priority):
+        priority = int(priority)
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 2**31:
+        raise ValueError(f"spec.priority: {short(priority)} is not a 32-bit integer")
+    return Pod(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        priority=priority,
+        node=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        phase=str(status.get("phase") or "Pending"),
+        requests=Resources(math.ceil(eff.get("cpu", Decimal(0)) * 1000), math.ceil(eff.get("memory", Decimal(0))), 1),
+        gpu=tuple(demands),
+        need_mib=need,
+        node_selector=_node_selector(spec),
+        affinity=_terms(spec),
+        tolerations=_tolerations(spec),
+        unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
+        created=str(meta.get("creationTimestamp") or ""),
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        gpu_index=_gpu_index(annotations),
+    )
+
+
+def _node_selector(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in mapping(spec.get("nodeSelector"), "spec.nodeSelector").items()))
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            str(t.get("key") or ""),
+            str(t.get("operator") or "Equal"),
+            str(t.get("value") or ""),
+            str(t.get("effect") or ""),
+        )
+        for t in maps(spec.get("tolerations"), "spec.tolerations")
+    )
+
+
+def placement_from_object(obj: Mapping[str, Any]) -> Pod:
+    """Only what decides where a pod may run (nodeSelector, required node affinity, tolerations): for the
+    admission webhook, which must place a pod whose resources it is about to rewrite. Raises ValueError or
+    TypeError naming the field on a malformed affinity, as `pod_from_object` does."""
+    meta, spec = meta_of(obj), mapping(obj.get("spec"), "spec")
+    return Pod(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        node_selector=_node_selector(spec),
+        affinity=_terms(spec),
+        tolerations=_tolerations(spec),
+    )
+
+
+def _gpu_index(annotations: Mapping[str, Any]) -> int | None:
+    """The GPU migctl's fallback scheduler chose for the pod (annotation), if any.
+
+    A garbled value counts as unknown rather than rejecting the pod: a rejected running pod would drop out of
+    its node's accounting.
+    """
+    raw = annotations.get(GPU_INDEX_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        return label_values.gpu_index(raw)
+    except ValueError:
+        return None
