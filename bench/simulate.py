@@ -1,7 +1,8 @@
 """Simulation benchmark: the FGD-paper validation (full protocol) and the MIG policy comparison.
 
     python -m bench.simulate validate [--seeds 42-51]      # continuous BestFit/FGD vs the paper (≈3 min)
-    python -m bench.simulate mig [--seeds 42-44] [--plot docs/img]   # MIG policies, openb + MISO (≈10 min)
+    python -m bench.simulate mig [--seeds 42-44] [--plot docs/img] [--reconfig 60,20] [--only miso,genai]
+        # MIG policies: openb (packing) and every workload with departures at each median reconfiguration time
 
 Results are printed (and, with --json FILE, written); docs/simulation.md quotes these runs.
 """
@@ -68,23 +69,36 @@ def validate(seeds: list[int]) -> dict[str, object]:
     return out
 
 
-def mig(seeds: list[int], plot_dir: Path | None) -> dict[str, object]:
+# Workloads with departures, on an A100 and an H100 cluster each; openb (no departures) is the packing check.
+TIMED = (
+    ("miso", "2x4", "a100-40gb"),
+    ("miso", "1x4", "h100-80gb"),
+    ("genai", "8x8", "a100-40gb"),
+    ("genai", "4x8", "h100-80gb"),
+)
+PACKING = (("openb", "openb/8", "h100-80gb"), ("openb", "openb/8", "a100-40gb"))
+
+
+def mig(seeds: list[int], plot_dir: Path | None, medians: list[float], only: str | None) -> dict[str, object]:
     cat = load_catalog()
-    runs = [
-        ("openb", "openb/8", "h100-80gb", ALL_POLICIES, seeds),
-        ("openb", "openb/8", "a100-40gb", ALL_POLICIES, seeds),
-        ("miso", "2x4", "a100-40gb", MIG_POLICIES, list(range(42, 52))),
-        ("miso", "1x4", "h100-80gb", MIG_POLICIES, list(range(42, 52))),
-    ]
+    runs: list[tuple[str, str, str, tuple[str, ...], float]] = []
+    for workload, cluster, model in PACKING:
+        runs.append((workload, cluster, model, ALL_POLICIES, medians[0]))
+    for workload, cluster, model in TIMED:
+        for median in medians:
+            runs.append((workload, cluster, model, MIG_POLICIES, median))
     out: dict[str, object] = {}
-    for workload, cluster, model, policies, sds in runs:
+    for workload, cluster, model, policies, median in runs:
+        key = f"{workload}:{cluster}:{model}:r{median:g}"
+        if only and not any(part in key for part in only.split(",")):
+            continue
         t0 = time.perf_counter()
-        sc = Scenario(workload, load_cluster(cluster), cat.model(model), policies, sds)
+        sc = Scenario(workload, load_cluster(cluster), cat.model(model), policies, seeds, reconfig_s=median)
         sc.run()
         print(format_table(sc), f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         if plot_dir is not None:
             plot(sc, plot_dir)
-        out[f"{workload}:{cluster}:{model}"] = sc.to_dict()
+        out[key] = sc.to_dict()
     return out
 
 
@@ -94,9 +108,12 @@ def main() -> None:
     ap.add_argument("--seeds", default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--reconfig", default="60,20", help="median reconfiguration times to report (s), comma-separated")
+    ap.add_argument("--only", default=None, help="comma-separated substrings of run keys, e.g. miso:1x4 or genai")
     a = ap.parse_args()
     seeds = _seeds(a.seeds or ("42-51" if a.what == "validate" else "42-44"))
-    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot)
+    medians = [float(x) for x in a.reconfig.split(",")]
+    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1, default=lambda o: None))
 
