@@ -6,7 +6,8 @@
 * `hami`: HAMi v2.10's dynamic MIG: one instance created per pod at allocation, smallest fitting profile with a
   free placement, 1g/3g placed high and the others low, destroyed when the pod leaves; no cluster planner.
 * `nos`: nebuly nos: batches unschedulable pods (10 s idle / 60 s), computes the cluster-wide lacking profiles,
-  and per node (by name) re-cuts the *free* part of each GPU to the geometry providing most of them; its agent
+  and per node (by name) re-cuts the *free* part of each GPU to the geometry providing most of them (ties at
+  random: nos takes Go's map order; it has no waste or flexibility term); its agent
   deletes only free devices, creates the new ones through NVML and restarts the device plugin (node-wide).
 Per-GPU NVML creation closes only that GPU for `Sim.create_s`; nos's device-plugin restart closes its node for a
 drawn reconfiguration time, like a relabel.
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+
+import numpy as np
 
 from migctl.controller.guards import BatchWindow
 from migctl.core.geometry import CanonicalLayout, canonical
@@ -222,8 +225,9 @@ class Nos(Policy):
 
     name = "nos"
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.window = BatchWindow(NOS_BATCH_IDLE_S, NOS_BATCH_TIMEOUT_S)
+        self.rng = np.random.default_rng(seed)  # ties between geometries: Go map order in nos, random here
         self.due: float | None = None
 
     def wake(self, sim: Sim) -> float | None:
@@ -262,12 +266,12 @@ class Nos(Policy):
             for gid in ids:
                 g = cl.gpus[gid]
                 have = sum(min(c, lacking[p]) for p, c in g.free.items())
-                best: tuple[tuple[int, int], CanonicalLayout] | None = None
+                best: tuple[tuple[int, float], CanonicalLayout] | None = None
                 for lay in shapes.layouts:  # geometries applicable without deleting a used device
                     after = Counter(dict(lay)) - g.used
                     if g.used - Counter(dict(lay)):
                         continue
-                    rank = (-sum(min(c, lacking[p]) for p, c in after.items()), shapes.unusable(lay))
+                    rank = (-sum(min(c, lacking[p]) for p, c in after.items()), float(self.rng.random()))
                     if best is None or rank < best[0]:
                         best = (rank, lay)
                 if best is not None and -best[0][0] > have and best[1] != canonical(g.layout):

@@ -4,7 +4,9 @@ The same settings model as `migctl run` drives it (`migctl.config.ControllerSett
 same pure decisions (`migctl.controller.guards`: `BatchWindow`, `holds`, `select`), so the simulated controller
 waits, batches and refuses exactly where the live one would:
 * every arrival or departure, and the end of a reconfiguration, triggers a reconcile `debounce_s` later (a
-  trigger already pending is kept); while pods run or wait there is also a resync every `resync_interval_s`;
+  trigger already pending is kept); the periodic resync (every `resync_interval_s`) is simulated only where it
+  can change the plan: at the first resync after a guard rail on some node expires while pods wait (any other
+  resync sees the same snapshot as the reconcile before it, and plans the same);
 * a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`), freezes the nodes
   `holds` names (in flight, cooldown, minimum dwell), plans, and, once the batching window says demand has
   settled, lets `select` start at most `max_concurrent_nodes` node changes;
@@ -138,18 +140,33 @@ class Controller(Policy):
         self.records: dict[int, _Record] = {}
         self.trigger_at: float | None = None  # debounced reconcile
         self.batch_at: float | None = None  # the batching window closes
-        self.resync_at = self.settings.resync_interval_s  # an interval job: first run one interval after start
+        self.resync_at: float | None = None  # the next resync that can matter
         self.last_plan: Plan | None = None
-
-    def horizon_s(self) -> float:
-        s = self.settings
-        return max(s.min_dwell_s, s.cooldown_s, s.batch_max_s) + s.resync_interval_s + s.debounce_s
 
     def wake(self, sim: Sim) -> float | None:
         times = [t for t in (self.trigger_at, self.batch_at) if t is not None]
-        if (sim.pending or sim.running or sim.windows) and self.resync_at <= sim.last_event + self.horizon_s():
-            times.append(self.resync_at)  # resyncs past the horizon cannot change a thing: no guard rail is left
+        self.resync_at = self._next_resync(sim) if sim.pending else None
+        if self.resync_at is not None:
+            times.append(self.resync_at)
         return min(times) if times else None
+
+    def _next_resync(self, sim: Sim) -> float | None:
+        """The first resync tick (an interval job: multiples of resync_interval_s) at or after the next moment a
+        cooldown or minimum dwell ends."""
+        s, now = self.settings, sim.now
+        ends = [
+            t
+            for r in self.records.values()
+            for t in (
+                None if r.last_attempt is None else r.last_attempt + s.cooldown_s,
+                None if r.last_change is None else r.last_change + s.min_dwell_s,
+            )
+            if t is not None and t > now
+        ]
+        if not ends:
+            return None
+        step = s.resync_interval_s
+        return math.ceil(min(ends) / step) * step
 
     def finished(self, sim: Sim, node: int) -> None:
         self.records[node] = _Record(sim.now, sim.now)  # the actuator records last-change on success
@@ -169,8 +186,8 @@ class Controller(Policy):
             self.trigger_at = None
         if self.batch_at is not None and self.batch_at <= now:
             self.batch_at = None
-        if self.resync_at <= now:
-            self.resync_at = now + self.settings.resync_interval_s
+        if self.resync_at is not None and self.resync_at <= now:
+            self.resync_at = None
         self._reconcile(sim, guarded=True)
 
     def _reconcile(self, sim: Sim, guarded: bool) -> None:

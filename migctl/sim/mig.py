@@ -248,7 +248,7 @@ def simulate(
     timing = reconfig or (ReconfigTime(reconfig_s, 0.0) if reconfig_s is not None else ReconfigTime())
     jobs = sorted(jobs, key=lambda j: j.arrival)  # job id = arrival rank (pod names and tie-breaks follow it)
     if isinstance(policy, str):
-        cl, pol = make_policy(policy, jobs, node_gpus, model)
+        cl, pol = make_policy(policy, jobs, node_gpus, model, seed=seed)
     else:
         cl, pol = Cluster(node_gpus, model, initial), policy
     sim = Sim(jobs, cl, timing, np.random.default_rng(seed), not departures, create_s)

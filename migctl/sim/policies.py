@@ -25,6 +25,7 @@ def make_policy(
     model: GpuModel,
     planner: PlannerSettings | None = None,
     controller: ControllerSettings | None = None,
+    seed: int = 0,
 ) -> tuple[Cluster, Policy]:
     """The cluster a policy starts from (MIG on, no instances, unless static) and the policy."""
     shapes = Shapes(model)
@@ -42,7 +43,7 @@ def make_policy(
     if name in ("first-fit", "best-fit"):
         return cl, Greedy(name)
     if name == "nos":
-        return cl, Nos()
+        return cl, Nos(seed)
     if name == "hami":
         return cl, Hami(cl)
     if name == "fgd-mig":

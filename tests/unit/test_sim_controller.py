@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from migctl.adapters.objects import pod_from_object
 from migctl.config import ControllerSettings
 from migctl.core.catalog import load_catalog
+from migctl.core.cluster import Pod
+from migctl.core.settings import PlannerSettings
 from migctl.sim.controller import Controller, created, snapshot
 from migctl.sim.mig import Sim, simulate
-from migctl.sim.state import Cluster
+from migctl.sim.state import Cluster, Placement
 from migctl.sim.timing import ReconfigTime
 from migctl.sim.workloads import Job
 
@@ -93,8 +96,6 @@ def test_snapshot_has_running_pods_with_node_gpu_and_creation_time() -> None:
     cl = Cluster([2], H100, TWO_3G)
     sim = Sim(jobs, cl, ReconfigTime(), np.random.default_rng(0), packing=False)
     sim.pending = [0, 1]
-    from migctl.sim.state import Placement
-
     sim.start(Placement(0, [(1, "3g.40gb")]))
     snap = snapshot(sim, "migctl.io/reconfiguring")
     running = [p for p in snap.pods if p.node]
@@ -104,3 +105,52 @@ def test_snapshot_has_running_pods_with_node_gpu_and_creation_time() -> None:
     assert pending.created == created(3661.5) == "2026-01-01T01:01:01Z"
     assert snap.nodes[0].gpu_pods == (("sim/j0000000", 0, 1),)
     assert dict(snap.nodes[0].gpus[1].used or {}) == {"3g.40gb": 1}
+
+
+def _as_object(pod: Pod) -> dict[str, object]:
+    """The Kubernetes object a live pod with this request would be (migctl.io/vram request, or full MIG
+    instances for a whole-GPU pod; the webhook's need annotation; the fallback's GPU index annotation)."""
+    (d,) = pod.gpu
+    resource = "migctl.io/vram" if d.kind == "vram" else f"nvidia.com/mig-{d.profile}"
+    amount = f"{d.vram_mib}Mi" if d.kind == "vram" else str(d.count)
+    annotations = {"migctl.io/vram": f"{pod.need_mib}Mi"}
+    if pod.gpu_index is not None:
+        annotations["migctl.io/gpu-index"] = str(pod.gpu_index)
+    status: dict[str, object] = {"phase": pod.phase}
+    if pod.unschedulable:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    spec: dict[str, object] = {
+        "priority": pod.priority,
+        "containers": [{"name": "main", "resources": {"limits": {resource: amount}, "requests": {resource: amount}}}],
+    }
+    if pod.node:
+        spec["nodeName"] = pod.node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "creationTimestamp": pod.created,
+            "annotations": annotations,
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def test_the_simulators_pods_are_what_the_adapter_reads_from_the_same_live_pods() -> None:
+    jobs = [
+        Job("small", 5 * GIB, arrival=0.0, duration=1e6, priority=5),
+        Job("whole", H100.full_profile.memory_mib, 2, True, arrival=12.75, duration=1e6),
+        Job("waits", 30 * GIB, arrival=86_400.2, duration=1e6),
+    ]
+    cl = Cluster([2, 2], H100, (("7g.80gb", 1),))
+    sim = Sim(jobs, cl, ReconfigTime(), np.random.default_rng(0), packing=False)
+    sim.pending = [0, 1, 2]
+    sim.start(Placement(0, [(1, "7g.80gb")]))
+    sim.start(Placement(1, [(2, "7g.80gb"), (3, "7g.80gb")]))
+    snap = snapshot(sim, PlannerSettings().reconfigure_taint)
+    assert len(snap.pods) == 3
+    for pod in snap.pods:
+        assert pod_from_object(_as_object(pod), PlannerSettings()) == pod
