@@ -163,15 +163,22 @@ class Hami(Policy):
         self.high = {p: slices[p] in (1, 3) for p in cl.shapes.mem}  # 1g/3g take the highest free placement
         self.taken: dict[int, list[tuple[int, int]]] = {}  # job -> (gpu, placement mask) per unit
         self.occupied = [0] * len(cl.gpus)
+        self.keys = [canonical(g.layout) for g in cl.gpus]  # each GPU's layout (= its pods' instances)
+        self._slots: dict[tuple[int, CanonicalLayout, str], int | None] = {}
 
     def _slot(self, cl: Cluster, gid: int, p: str) -> int | None:
-        g = cl.gpus[gid]
-        if not cl.shapes.geo.is_valid(canonical(g.layout + Counter({p: 1}))):
-            return None
-        free = [m for m in self.masks[p] if not m & self.occupied[gid]]
-        if not free:
-            return None
-        return max(free) if self.high[p] else min(free)
+        """The placement mask a new `p` instance would take on this GPU, or None (cached: the occupied mask and
+        the layout decide it)."""
+        k = (self.occupied[gid], self.keys[gid], p)
+        if k in self._slots:
+            return self._slots[k]
+        out = None
+        if cl.shapes.geo.is_valid(canonical([*self.keys[gid], (p, 1)])):
+            free = [m for m in self.masks[p] if not m & self.occupied[gid]]
+            if free:
+                out = max(free) if self.high[p] else min(free)
+        self._slots[k] = out
+        return out
 
     def step(self, sim: Sim) -> None:
         cl = sim.cl
@@ -203,7 +210,7 @@ class Hami(Policy):
                 continue
             layouts = {}
             for gid, p, m in units:
-                layouts[gid] = canonical(cl.gpus[gid].layout + Counter({p: 1}))
+                layouts[gid] = self.keys[gid] = canonical([*self.keys[gid], (p, 1)])
                 self.occupied[gid] |= m
                 use[gid] += cl.shapes.mem[p]
                 node_use[cl.gpus[gid].node] += cl.shapes.mem[p]
@@ -218,6 +225,7 @@ class Hami(Policy):
             if g.layout[p] <= 0:
                 del g.layout[p]
             self.occupied[gid] &= ~m
+            self.keys[gid] = canonical(g.layout)
 
 
 class Nos(Policy):

@@ -173,10 +173,10 @@ class Controller(Policy):
 
     def step(self, sim: Sim) -> None:
         now = sim.now
-        bind_free(sim)
-        if sim.packing:
+        if sim.packing:  # the planner places every pod of the round itself, as before the timeline existed
             self._reconcile(sim, guarded=False)
             return
+        bind_free(sim)
         if sim.real_event and self.trigger_at is None:
             self.trigger_at = now + self.settings.debounce_s
         due = [t for t in (self.trigger_at, self.batch_at, self.resync_at) if t is not None and t <= now]
