@@ -81,7 +81,9 @@ TIMED = (
 PACKING = (("openb", "openb/8", "h100-80gb"), ("openb", "openb/8", "a100-40gb"))
 
 
-def mig(seeds: list[int], plot_dir: Path | None, medians: list[float], only: str | None) -> dict[str, object]:
+def mig(
+    seeds: list[int], plot_dir: Path | None, medians: list[float], only: str | None, json_path: Path | None = None
+) -> dict[str, object]:
     cat = load_catalog()
     runs: list[tuple[str, str, str, tuple[str, ...], float]] = []
     for workload, cluster, model in PACKING:
@@ -101,6 +103,8 @@ def mig(seeds: list[int], plot_dir: Path | None, medians: list[float], only: str
         if plot_dir is not None:
             plot(sc, plot_dir)
         out[key] = sc.to_dict()
+        if json_path is not None:  # after every scenario: a long grid keeps what it has finished
+            json_path.write_text(json.dumps(out, indent=1, default=lambda o: None))
     return out
 
 
@@ -165,7 +169,7 @@ def main() -> None:
         return
     seeds = _seeds(a.seeds or ("42-51" if a.what == "validate" else "42-44"))
     medians = [float(x) for x in a.reconfig.split(",")]
-    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only)
+    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only, a.json)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1, default=lambda o: None))
 
