@@ -79,7 +79,8 @@ def format_table(sc: Scenario) -> str:
 
 
 def plot(sc: Scenario, out_dir: Path) -> list[Path]:
-    """Allocation and stranded memory vs arrived workload, one line per policy (mean over seeds)."""
+    """Runs without departures: allocation and stranded memory vs arrived workload; runs with departures: queue
+    length and allocated memory over time. One line per policy (mean over seeds)."""
     try:
         import matplotlib
 
@@ -88,6 +89,8 @@ def plot(sc: Scenario, out_dir: Path) -> list[Path]:
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise RuntimeError("plots need matplotlib: pip install 'migctl[sim]'") from e
     out_dir.mkdir(parents=True, exist_ok=True)
+    if sc.timelines:  # pods come and go: the story is over time, not over arrived workload
+        return _plot_time(sc, out_dir, plt)
     grid = np.linspace(0, 140, 141)
     paths = []
     for idx, (label, fname) in enumerate(
@@ -117,8 +120,6 @@ def plot(sc: Scenario, out_dir: Path) -> list[Path]:
         fig.savefig(path)
         plt.close(fig)
         paths.append(path)
-    if sc.timelines:
-        paths.extend(_plot_time(sc, out_dir, plt))
     return paths
 
 
