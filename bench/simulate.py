@@ -1,7 +1,7 @@
 """Simulation benchmark: the FGD-paper validation (full protocol) and the MIG policy comparison.
 
     python -m bench.simulate validate [--seeds 42-51]      # continuous BestFit/FGD vs the paper (≈3 min)
-    python -m bench.simulate table RESULTS.json                  # markdown tables of a `mig --json` run
+    python -m bench.simulate table RESULTS.json [MORE.json]      # markdown tables of `mig --json` runs
     python -m bench.simulate mig [--seeds 42-44] [--plot docs/img] [--reconfig 60,20] [--only miso,genai]
         # MIG policies: openb (packing) and every workload with departures at each median reconfiguration time
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,30 @@ MD_COLUMNS = (
 )
 
 
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results dict from runs of the same scenarios on different seeds: runs concatenated, mean ± std again."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, sc in part.items():
+            if key not in out:
+                out[key] = json.loads(json.dumps(sc))
+                continue
+            have = out[key]
+            have["seeds"] = have["seeds"] + sc["seeds"]
+            for policy, runs in sc["runs"].items():
+                have["runs"].setdefault(policy, []).extend(runs)
+    for sc in out.values():
+        for policy, runs in sc["runs"].items():
+            for m in runs[0]:
+                vals = np.array([np.nan if r.get(m) is None else r[m] for r in runs], dtype=np.float64)
+                ok = not np.all(np.isnan(vals))
+                sc["metrics"][policy][m] = {
+                    "mean": float(np.nanmean(vals)) if ok else None,
+                    "std": float(np.nanstd(vals)) if ok else None,
+                }
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     """docs/simulation.md tables from a `mig --json` file: one table per workload and cluster, both
     reconfiguration times side by side (mean ± std over the seeds)."""
@@ -142,7 +167,7 @@ def markdown(results: dict[str, Any]) -> str:
                 m = sc["metrics"][policy]
                 for key, _, digits in MD_COLUMNS:
                     mean, std = m[key]["mean"], m[key]["std"]
-                    if mean is None or mean != mean:  # null or NaN: not defined for this policy
+                    if mean is None or math.isnan(mean):  # not defined for this policy
                         cells.append("n/a")
                         continue
                     d = 0 if abs(mean) >= 1000 else digits
@@ -155,7 +180,7 @@ def markdown(results: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["validate", "mig", "table"])
-    ap.add_argument("file", nargs="?", type=Path, help="table: a `mig --json` results file")
+    ap.add_argument("files", nargs="*", type=Path, help="table: `mig --json` results files (seeds are merged)")
     ap.add_argument("--seeds", default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -163,9 +188,9 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma-separated substrings of run keys, e.g. miso:1x4 or genai")
     a = ap.parse_args()
     if a.what == "table":
-        if a.file is None:
-            ap.error("table needs the results file of `mig --json`")
-        print(markdown(json.loads(a.file.read_text())))
+        if not a.files:
+            ap.error("table needs the results file(s) of `mig --json`")
+        print(markdown(merge([json.loads(f.read_text()) for f in a.files])))
         return
     seeds = _seeds(a.seeds or ("42-51" if a.what == "validate" else "42-44"))
     medians = [float(x) for x in a.reconfig.split(",")]

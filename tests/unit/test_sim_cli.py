@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from migctl.cli import cli
@@ -41,7 +42,7 @@ def test_unknown_policy_is_a_usage_error() -> None:
 
 
 def test_bench_tables_put_both_reconfiguration_times_side_by_side() -> None:
-    from bench.simulate import markdown
+    from bench.simulate import markdown, merge
     from migctl.core.catalog import load_catalog
     from migctl.sim.scenario import Scenario, load_cluster
 
@@ -53,6 +54,13 @@ def test_bench_tables_put_both_reconfiguration_times_side_by_side() -> None:
         runs[f"openb-slice:openb-slice:h100-80gb:r{median:g}"] = json.loads(json.dumps(sc.to_dict(), default=str))
     text = markdown(runs)
     assert "#### openb-slice:openb-slice:h100-80gb" in text
+    sc43 = Scenario("openb-slice", load_cluster("openb-slice"), load_catalog().model("h100-80gb"), ["nos"], [43])
+    sc43.run()
+    key = "openb-slice:openb-slice:h100-80gb:r60"
+    both = merge([runs, {key: json.loads(json.dumps(sc43.to_dict(), default=str))}])[key]
+    assert both["seeds"] == [42, 43]
+    allocs = [r["alloc_pct"] for r in both["runs"]["nos"]]
+    assert both["metrics"]["nos"]["alloc_pct"]["mean"] == pytest.approx(sum(allocs) / 2)
     assert "alloc% @60s" in text and "alloc% @20s" in text
     assert "| static-best-mix (oracle) |" in text and "| nos |" in text
 
