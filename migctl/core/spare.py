@@ -1,0 +1,107 @@
+"""The objective over time: what the free instances of a layout are worth for the demand still to come.
+
+One place for it: the planner's best completions (the layout a reshaped GPU gets around the instances assigned
+to it), its tie-break between free existing instances, and the pre-shaping of idle GPUs all ask `Completions`.
+
+A layout's value is the MiB of forecast demand its free instances can serve (`served`): a GPU's worth of pods
+(`model.max_instances` of them) is drawn in the forecast's proportions (`migctl/core/forecast.py`) and poured
+into the free instances, exact-profile classes first, then VRAM classes largest first, each taking the smallest
+instances that serve it; what lands counts at the class's mean real need. This is FGD's measure (fragmentation
+relative to the workload, Weng et al., ATC'23) turned into MIG instances: memory in an instance no expected pod
+fits, or a small pod in a large instance, is memory the workload cannot use.
+
+How it weighs against unusable MiB (docs/planning.md): for the instances assigned, every layout splits the same
+memory (the full instance's minus what is assigned) into free instances and unusable memory, so the MiB it will
+strand is that constant minus `served`. Maximising `served` is therefore minimising expected stranded MiB over a
+GPU's worth of pods, unusable memory included, with no free weight to tune. Equal values fall back to less
+unusable memory, then larger free instances (sum of squared GiB), then the layout itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from migctl.core.demand import WHOLE_GPU
+from migctl.core.forecast import ModelForecast
+from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical
+
+Layout = CanonicalLayout
+# usefulness packs (served MiB, squared GiB) into one int, served first
+_SQ_BITS = 24
+
+
+class Completions:
+    """Per model: best completion of each assigned multiset, and what free instances are worth."""
+
+    def __init__(self, geo: ModelGeometry, demand: ModelForecast | None = None) -> None:
+        self.geo = geo
+        self.horizon = geo.model.max_instances  # pods drawn from the forecast: a GPU's worth
+        self.classes = demand.classes if demand is not None else ()
+        self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
+        self._served: dict[Layout, int] = {}
+        self._sq = {n: (p.memory_mib // 1024) ** 2 for n, p in geo.profiles.items()}
+        # every valid layout once: as a dict, its unusable MiB, and whether it contains media variants
+        self._layouts = [
+            (lay, dict(lay), geo.unusable_mib(lay), {n for n, _ in lay if geo.profiles[n].attributes})
+            for lay in geo.layouts
+        ]
+
+    def served(self, free: Mapping[str, int]) -> int:
+        """MiB of forecast demand (a GPU's worth of pods) that the free instances `free` can serve."""
+        key = canonical((n, c) for n, c in free.items() if c > 0 and n != WHOLE_GPU)
+        hit = self._served.get(key)
+        if hit is not None:
+            return hit
+        left = {n: float(c) for n, c in key}
+        total = 0.0
+        for cls in self.classes:
+            want = self.horizon * cls.share
+            for name in cls.accepts:
+                have = left.get(name, 0.0)
+                if have <= 0.0:
+                    continue
+                take = min(have, want)
+                left[name] = have - take
+                want -= take
+                total += take * cls.need_mib
+                if want <= 0.0:
+                    break
+        hit = self._served[key] = round(total)
+        return hit
+
+    def usefulness(self, free: Mapping[str, int]) -> int:
+        """Tie-break value of free instances, larger is better: `served`, then squared GiB (larger instances)."""
+        sq = self._sq
+        squares = sum(sq[n] * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
+        return (self.served(free) << _SQ_BITS) + squares
+
+    def usefulness_without(self, free: Mapping[str, int], profile: str) -> int:
+        """`usefulness` of `free` once one instance of `profile` is taken from it."""
+        if profile == WHOLE_GPU:
+            return 0
+        rest = dict(free)
+        rest[profile] = rest.get(profile, 0) - 1
+        return self.usefulness(rest)
+
+    def best(self, assigned: Layout) -> tuple[Layout, int, int] | None:
+        """(layout, unusable MiB, usefulness of its free instances) or None when `assigned` cannot exist.
+        The layout serves the most forecast demand with its free instances (module docstring)."""
+        if assigned in self._best:
+            return self._best[assigned]
+        need = dict(assigned)
+        found: tuple[tuple[int, int, int, Layout], Layout, int, int] | None = None
+        for layout, have, unusable, variants in self._layouts:
+            if any(have.get(n, 0) < c for n, c in need.items()):
+                continue  # not a superset
+            extra = Counter({n: c - need.get(n, 0) for n, c in have.items() if c > need.get(n, 0)})
+            if any(n in variants for n in extra):
+                continue  # pads with media variants nobody asked for
+            useful = self.usefulness(extra)
+            served = useful >> _SQ_BITS
+            rank = (-served, unusable, -(useful - (served << _SQ_BITS)), layout)
+            if found is None or rank < found[0]:
+                found = (rank, layout, unusable, useful)
+        result = None if found is None else (found[1], found[2], found[3])
+        self._best[assigned] = result
+        return result
