@@ -36,6 +36,7 @@ from migctl.core.forecast import Forecast, forecast
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical, geometry
 from migctl.core.improve import LocalSearch
 from migctl.core.migparted import GpuConfig
+from migctl.core.over_time import for_the_forecast
 from migctl.core.placement import signature, static_misfit, tally
 from migctl.core.plan import Assignment, Eviction, GpuPlan, NodePlan, Plan, Summary, Unplaced
 from migctl.core.settings import PlannerSettings
@@ -1179,8 +1180,10 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     any priority. Last, where pods that some GPU could serve are still left out, `Planner.augment` looks for
     such chains once more on that plan.
     """
+    settings = settings or PlannerSettings()
     with _collector_paused():
-        return _plan(snapshot, settings)
+        demand = forecast(snapshot, settings)
+        return for_the_forecast(_plan(snapshot, settings, demand), snapshot, settings, demand)
 
 
 @contextmanager
@@ -1198,10 +1201,9 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
+def _plan(snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> Plan:
     shapes: dict[str, Shapes] = {}
     completions: dict[str, Completions] = {}
-    demand = forecast(snapshot, settings)
     first = Planner(snapshot, settings, shapes=shapes, completions=completions, demand=demand)
     best = first.run()
     maker = first

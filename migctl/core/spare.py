@@ -40,6 +40,7 @@ class Completions:
         self.classes = demand.classes if demand is not None else ()
         self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
         self._served: dict[Layout, int] = {}
+        self._regroup: dict[tuple[tuple[tuple[str, ...], int], ...], tuple[Layout, tuple[str, ...]] | None] = {}
         self._sq = {n: (p.memory_mib // 1024) ** 2 for n, p in geo.profiles.items()}
         # every valid layout once: as a dict, its unusable MiB, and whether it contains media variants
         self._layouts = [
@@ -104,4 +105,37 @@ class Completions:
                 found = (rank, layout, unusable, useful)
         result = None if found is None else (found[1], found[2], found[3])
         self._best[assigned] = result
+        return result
+
+    def regroup(self, reqs: tuple[tuple[tuple[str, ...], int], ...]) -> tuple[Layout, tuple[str, ...]] | None:
+        """The layout and instance per request for a reshaped GPU that must serve `reqs` ((profiles that serve
+        it, smallest first; real need MiB), largest first): every valid layout is tried, each request taking
+        the smallest instance of it that serves it, and the one whose spare instances serve the most forecast
+        demand wins, then the least stranded now (waste + unusable), then larger free instances, then the
+        layout. Expected stranded MiB is the full GPU minus what the pods need minus `served`, so this is the
+        same objective as `best`, with the instances of the pods free to change too."""
+        key = reqs
+        if key in self._regroup:
+            return self._regroup[key]
+        found: tuple[tuple[int, int, int, Layout], Layout, tuple[str, ...]] | None = None
+        for layout, have, unusable, variants in self._layouts:
+            left = dict(have)
+            got: list[str] = []
+            for accepts, _need in reqs:
+                pick = next((n for n in accepts if left.get(n, 0) > 0), None)
+                if pick is None:
+                    break
+                left[pick] -= 1
+                got.append(pick)
+            if len(got) < len(reqs) or any(left.get(n, 0) > 0 for n in variants):
+                continue  # cannot serve them, or pads with media variants nobody asked for
+            useful = self.usefulness(left)
+            served = useful >> _SQ_BITS
+            mib = self.geo.profiles
+            waste = sum(mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs))
+            rank = (-served, waste + unusable, -(useful - (served << _SQ_BITS)), layout)
+            if found is None or rank < found[0]:
+                found = (rank, layout, tuple(got))
+        result = None if found is None else (found[1], found[2])
+        self._regroup[key] = result
         return result

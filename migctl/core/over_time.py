@@ -1,0 +1,138 @@
+"""The plan's last step: shape what it reshapes, and idle GPUs nothing waits for, for the demand to come.
+
+Under the stock mig-manager a GPU can only be re-cut while it is idle, so a layout chosen now lasts until the
+GPU drains, and with a standing queue that is a long time. `for_the_forecast` therefore looks at the plan's
+GPUs once more, with the objective over time (`spare.Completions`, docs/planning.md):
+
+- **Regroup.** Every GPU the plan reshapes gets the layout, and its pods the instances, whose spare instances
+  serve the most forecast demand (`Completions.regroup`). The pods and the GPUs stay the same, so objective 1
+  and the disruption count are untouched.
+- **Pre-shape.** An idle GPU the plan leaves alone is reshaped toward the forecast (`Completions.best` of an
+  empty GPU) when that lets its free instances serve at least `planner.preshape_min_gain` of its memory more
+  forecast demand. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels
+  anyway the pause is paid already, and half the gain is enough (its GPUs go in the same relabel). A GPU whose
+  layout is already the forecast's best gains nothing, so the same snapshot planned twice never reshapes twice;
+  the controller's dwell and cool-down guard against a forecast that swings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from migctl.core.cluster import Gpu, Node, Pod, Snapshot
+from migctl.core.demand import need_mib, profiles_for
+from migctl.core.forecast import Forecast
+from migctl.core.geometry import geometry
+from migctl.core.migparted import GpuConfig
+from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan
+from migctl.core.settings import PlannerSettings
+from migctl.core.spare import Completions
+
+
+def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> Plan:
+    """`result` with its reshaped GPUs regrouped and idle GPUs pre-shaped (module docstring)."""
+    if not demand.models:
+        return result
+    comps: dict[str, Completions] = {}
+    nodes = {n.name: n for n in snapshot.nodes}
+    pods = {p.key: p for p in snapshot.pending}
+    on_gpu: dict[tuple[str, int], list[int]] = {}
+    for i, a in enumerate(result.assignments):
+        if a.gpu is not None:
+            on_gpu.setdefault((a.node, a.gpu), []).append(i)
+    assignments = list(result.assignments)
+    node_plans: list[NodePlan] = []
+    for npl in result.nodes:
+        node = nodes.get(npl.name)
+        if node is None or node.model is None:
+            node_plans.append(npl)
+            continue
+        comp = comps.get(node.model.id)
+        if comp is None:
+            comp = comps[node.model.id] = Completions(geometry(node.model), demand.of(node.model.id))
+        gpus = [_regroup(gp, comp, node, on_gpu.get((npl.name, gp.index), []), assignments, pods) for gp in npl.gpus]
+        if settings.preshape:
+            touched = any(g.changed for g in gpus)
+            by_index = {g.index: g for g in node.gpus}
+            gpus = [_preshape(gp, comp, node, by_index.get(gp.index), touched, settings) for gp in gpus]
+        node_plans.append(NodePlan(npl.name, tuple(gpus)))
+    return _with(result, tuple(node_plans), tuple(assignments))
+
+
+def _regroup(
+    gp: GpuPlan, comp: Completions, node: Node, idx: list[int], assignments: list[Assignment], pods: dict[str, Pod]
+) -> GpuPlan:
+    """A reshaped GPU's layout and its pods' instances, chosen for the forecast (or `gp` unchanged)."""
+    if not gp.changed or not gp.target.mig_enabled or node.model is None:
+        return gp
+    reqs: list[tuple[tuple[tuple[str, ...], int], int]] = []
+    for i in idx:
+        a = assignments[i]
+        pod = pods.get(a.pod)
+        if pod is None or pod.units != 1:
+            return gp  # a pod with several instances: which request an instance serves is not one-to-one
+        fits = profiles_for(node.model, pod.gpu[0])
+        if not fits:
+            return gp
+        reqs.append(((tuple(p.name for p in fits), need_mib(pod.gpu[0], fits[0].memory_mib, pod.need_mib)), i))
+    # exact profiles first, then VRAM requests largest first: smallest-fit is then exact for threshold requests
+    reqs.sort(key=lambda r: (len(r[0][0]) > 1 or pods[assignments[r[1]].pod].gpu[0].kind == "vram",
+                             -node.model.profile(r[0][0][0]).memory_mib, r[0][1], r[1]))
+    found = comp.regroup(tuple(r for r, _ in reqs))
+    if found is None:
+        return gp
+    layout, got = found
+    for (_, i), profile in zip(reqs, got, strict=True):
+        a = assignments[i]
+        mib = node.model.profile(profile).memory_mib
+        pod = pods[a.pod]
+        assignments[i] = replace(a, profile=profile, instance_mib=mib, need_mib=need_mib(pod.gpu[0], mib, pod.need_mib))
+    return replace(gp, target=GpuConfig.mig(layout), unusable_mib_after=comp.geo.unusable_mib(layout))
+
+
+def _preshape(
+    gp: GpuPlan, comp: Completions, node: Node, gpu: Gpu | None, touched: bool, settings: PlannerSettings
+) -> GpuPlan:
+    """An idle GPU the plan leaves alone, reshaped toward the forecast when the gain pays for the pause."""
+    if gp.changed or gpu is None or not _reshapable(node, gpu, settings):
+        return gp
+    best = comp.best(())
+    if best is None or best[0] == gpu.config.layout:
+        return gp
+    gain = comp.served(Counter(dict(best[0]))) - comp.served(Counter(dict(gpu.config.layout)))
+    need = settings.preshape_min_gain * comp.geo.model.full_profile.memory_mib * (0.5 if touched else 1.0)
+    if gain <= 0 or gain < need:
+        return gp
+    return replace(gp, target=GpuConfig.mig(best[0]), unusable_mib_after=best[1])
+
+
+def _reshapable(node: Node, gpu: Gpu, settings: PlannerSettings) -> bool:
+    """The planner's own rule for reshaping a GPU: MIG on, known to be idle, on a node it may reconfigure."""
+    return (
+        gpu.config.mig_enabled
+        and node.usage_known
+        and gpu.busy is False
+        and not node.frozen_reason
+        and node.labels.get(settings.exclude_label) != "true"
+    )
+
+
+def _with(result: Plan, nodes: tuple[NodePlan, ...], assignments: tuple[Assignment, ...]) -> Plan:
+    """`result` with new node plans and assignments, its summary recomputed from them."""
+    s = result.summary
+    waste = sum(a.waste_mib for a in assignments)
+    unusable = sum(g.unusable_mib_after for n in nodes for g in n.gpus if g.changed)
+    after_delta = sum(g.unusable_mib_after for n in nodes for g in n.gpus) - sum(
+        g.unusable_mib_after for n in result.nodes for g in n.gpus
+    )
+    summary = replace(
+        s,
+        stranded_mib_after=s.stranded_mib_after + after_delta + waste - s.internal_waste_mib,
+        internal_waste_mib=waste,
+        unusable_mib=unusable,
+        gpus_reconfigured=sum(1 for n in nodes for g in n.gpus if g.changed),
+        nodes_reconfigured=sum(1 for n in nodes if n.changed),
+    )
+    ordered = tuple(sorted(assignments, key=lambda a: (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile)))
+    return replace(result, summary=summary, nodes=nodes, assignments=ordered)
