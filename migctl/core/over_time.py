@@ -7,7 +7,7 @@ GPUs once more, with the objective over time (`spare.Completions`, docs/planning
 - **Regroup.** Every GPU the plan reshapes gets the layout, and its pods the instances, whose spare instances
   serve the most forecast demand (`Completions.regroup`). The pods and the GPUs stay the same, so objective 1
   and the disruption count are untouched.
-- **Pre-shape.** An idle GPU the plan leaves alone is reshaped toward the forecast (`Completions.best` of an
+- **Pre-shape.** An idle GPU the plan leaves alone (no layout change, no pod assigned) is reshaped toward the forecast (`Completions.best` of an
   empty GPU) when that lets its free instances serve at least `planner.preshape_min_gain` of its memory more
   forecast demand. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels
   anyway the pause is paid already, and half the gain is enough (its GPUs go in the same relabel). A GPU whose
@@ -55,7 +55,10 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
         if settings.preshape:
             touched = any(g.changed for g in gpus)
             by_index = {g.index: g for g in node.gpus}
-            gpus = [_preshape(gp, comp, node, by_index.get(gp.index), touched, settings) for gp in gpus]
+            gpus = [
+                gp if (npl.name, gp.index) in on_gpu else _preshape(gp, comp, node, by_index.get(gp.index), touched, settings)
+                for gp in gpus
+            ]
         node_plans.append(NodePlan(npl.name, tuple(gpus)))
     return _with(result, tuple(node_plans), tuple(assignments))
 
