@@ -17,7 +17,6 @@ GPUs once more, with the objective over time (`spare.Completions`, docs/planning
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 from migctl.core.cluster import Gpu, Node, Pod, Snapshot
@@ -34,7 +33,6 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
     """`result` with its reshaped GPUs regrouped and idle GPUs pre-shaped (module docstring)."""
     if not demand.models:
         return result
-    comps: dict[str, Completions] = {}
     nodes = {n.name: n for n in snapshot.nodes}
     pods = {p.key: p for p in snapshot.pending}
     on_gpu: dict[tuple[str, int], list[int]] = {}
@@ -42,25 +40,46 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
         if a.gpu is not None:
             on_gpu.setdefault((a.node, a.gpu), []).append(i)
     assignments = list(result.assignments)
-    node_plans: list[NodePlan] = []
+    gpus: dict[tuple[str, int], GpuPlan] = {(n.name, g.index): g for n in result.nodes for g in n.gpus}
+    by_model: dict[str, list[tuple[Node, GpuPlan]]] = {}
     for npl in result.nodes:
         node = nodes.get(npl.name)
-        if node is None or node.model is None:
-            node_plans.append(npl)
-            continue
-        comp = comps.get(node.model.id)
-        if comp is None:
-            comp = comps[node.model.id] = Completions(geometry(node.model), demand.of(node.model.id))
-        gpus = [_regroup(gp, comp, node, on_gpu.get((npl.name, gp.index), []), assignments, pods) for gp in npl.gpus]
-        if settings.preshape:
-            touched = any(g.changed for g in gpus)
-            by_index = {g.index: g for g in node.gpus}
-            gpus = [
-                gp if (npl.name, gp.index) in on_gpu else _preshape(gp, comp, node, by_index.get(gp.index), touched, settings)
-                for gp in gpus
-            ]
-        node_plans.append(NodePlan(npl.name, tuple(gpus)))
-    return _with(result, tuple(node_plans), tuple(assignments))
+        if node is not None and node.model is not None:
+            by_model.setdefault(node.model.id, []).extend((node, g) for g in npl.gpus)
+    for mid, members in sorted(by_model.items()):
+        model = members[0][0].model
+        assert model is not None
+        base = Completions(geometry(model), demand.of(mid))
+        # the cluster's demand: a GPU's worth of pods per GPU of the model, less what fixed layouts serve
+        want: dict[object, float] = {c.key: n * len(members) for c, n in base.want}
+        fixed, reshaped, idle = [], [], []
+        for node, gp in members:
+            gpu = next((g for g in node.gpus if g.index == gp.index), None)
+            if gp.changed:
+                reshaped.append((node, gp))
+            elif settings.preshape and gpu is not None and (node.name, gp.index) not in on_gpu and _reshapable(
+                node, gpu, settings
+            ):
+                idle.append((node, gp))
+            else:
+                fixed.append(gp)
+        for gp in fixed:
+            if gp.target.mig_enabled:
+                want = base.with_want(want).residual(gp.target.layout)
+        touched = {node.name for node, _ in reshaped}
+        for node, gp in reshaped:
+            comp = base.with_want(want)
+            new = _regroup(gp, comp, node, on_gpu.get((node.name, gp.index), []), assignments, pods)
+            gpus[(node.name, gp.index)] = new
+            if new.target.mig_enabled:
+                want = comp.residual(new.target.layout)
+        for node, gp in idle:
+            comp = base.with_want(want)
+            new = _preshape(gp, comp, node.name in touched, settings)
+            gpus[(node.name, gp.index)] = new
+            want = comp.residual(new.target.layout)
+    node_plans = tuple(NodePlan(n.name, tuple(gpus[(n.name, g.index)] for g in n.gpus)) for n in result.nodes)
+    return _with(result, node_plans, tuple(assignments))
 
 
 def _regroup(
@@ -94,16 +113,12 @@ def _regroup(
     return replace(gp, target=GpuConfig.mig(layout), unusable_mib_after=comp.geo.unusable_mib(layout))
 
 
-def _preshape(
-    gp: GpuPlan, comp: Completions, node: Node, gpu: Gpu | None, touched: bool, settings: PlannerSettings
-) -> GpuPlan:
+def _preshape(gp: GpuPlan, comp: Completions, touched: bool, settings: PlannerSettings) -> GpuPlan:
     """An idle GPU the plan leaves alone, reshaped toward the forecast when the gain pays for the pause."""
-    if gp.changed or gpu is None or not _reshapable(node, gpu, settings):
-        return gp
     best = comp.best(())
-    if best is None or best[0] == gpu.config.layout:
+    if best is None or best[0] == gp.current.layout:
         return gp
-    gain = comp.served(Counter(dict(best[0]))) - comp.served(Counter(dict(gpu.config.layout)))
+    gain = comp.served_of(best[0]) - comp.served_of(gp.current.layout)
     need = settings.preshape_min_gain * comp.geo.model.full_profile.memory_mib * (0.5 if touched else 1.0)
     if gain <= 0 or gain < need:
         return gp

@@ -20,10 +20,11 @@ unusable memory, then larger free instances (sum of squared GiB), then the layou
 from __future__ import annotations
 
 from collections import Counter
+from copy import copy
 from collections.abc import Mapping
 
 from migctl.core.demand import WHOLE_GPU
-from migctl.core.forecast import ModelForecast
+from migctl.core.forecast import DemandClass, ModelForecast
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical
 
 Layout = CanonicalLayout
@@ -34,10 +35,16 @@ _SQ_BITS = 24
 class Completions:
     """Per model: best completion of each assigned multiset, and what free instances are worth."""
 
-    def __init__(self, geo: ModelGeometry, demand: ModelForecast | None = None) -> None:
+    def __init__(
+        self, geo: ModelGeometry, demand: ModelForecast | None = None, want: Mapping[object, float] | None = None
+    ) -> None:
         self.geo = geo
-        self.horizon = geo.model.max_instances  # pods drawn from the forecast: a GPU's worth
-        self.classes = demand.classes if demand is not None else ()
+        self.demand = demand
+        horizon = geo.model.max_instances  # pods drawn from the forecast: a GPU's worth, unless `want` says
+        classes = demand.classes if demand is not None else ()
+        self.want: tuple[tuple[DemandClass, float], ...] = tuple(
+            (c, horizon * c.share if want is None else want.get(c.key, 0.0)) for c in classes
+        )
         self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
         self._served: dict[Layout, int] = {}
         self._regroup: dict[tuple[tuple[tuple[str, ...], int], ...], tuple[Layout, tuple[str, ...]] | None] = {}
@@ -54,28 +61,34 @@ class Completions:
         hit = self._served.get(key)
         if hit is not None:
             return hit
-        left = {n: float(c) for n, c in key}
-        total = 0.0
-        for cls in self.classes:
-            want = self.horizon * cls.share
-            for name in cls.accepts:
-                have = left.get(name, 0.0)
-                if have <= 0.0:
-                    continue
-                take = min(have, want)
-                left[name] = have - take
-                want -= take
-                total += take * cls.need_mib
-                if want <= 0.0:
-                    break
-        hit = self._served[key] = round(total)
+        hit = self._served[key] = round(pour(self.want, key)[0])
         return hit
+
+    def served_of(self, layout: Layout) -> int:
+        """`served` of a canonical layout (no copy)."""
+        hit = self._served.get(layout)
+        if hit is None:
+            hit = self._served[layout] = round(pour(self.want, layout)[0])
+        return hit
+
+    def with_want(self, want: Mapping[object, float]) -> Completions:
+        """The same model and forecast classes with another demand to serve (pods per class), fresh memos."""
+        other = copy(self)
+        other.want = tuple((c, want.get(c.key, 0.0)) for c, _ in self.want)
+        other._best, other._served, other._regroup = {}, {}, {}
+        return other
+
+    def residual(self, layout: Layout) -> dict[object, float]:
+        """Pods per class of `want` that the instances of `layout` leave unserved."""
+        return pour(self.want, layout)[1]
 
     def usefulness(self, free: Mapping[str, int]) -> int:
         """Tie-break value of free instances, larger is better: `served`, then squared GiB (larger instances)."""
+        return (self.served(free) << _SQ_BITS) + self._squares(free)
+
+    def _squares(self, free: Mapping[str, int]) -> int:
         sq = self._sq
-        squares = sum(sq[n] * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
-        return (self.served(free) << _SQ_BITS) + squares
+        return sum(sq[n] * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
 
     def usefulness_without(self, free: Mapping[str, int], profile: str) -> int:
         """`usefulness` of `free` once one instance of `profile` is taken from it."""
@@ -98,11 +111,10 @@ class Completions:
             extra = Counter({n: c - need.get(n, 0) for n, c in have.items() if c > need.get(n, 0)})
             if any(n in variants for n in extra):
                 continue  # pads with media variants nobody asked for
-            useful = self.usefulness(extra)
-            served = useful >> _SQ_BITS
-            rank = (-served, unusable, -(useful - (served << _SQ_BITS)), layout)
+            served, squares = self.served_of(layout), self._squares(extra)
+            rank = (-served, unusable, -squares, layout)
             if found is None or rank < found[0]:
-                found = (rank, layout, unusable, useful)
+                found = (rank, layout, unusable, (served << _SQ_BITS) + squares)
         result = None if found is None else (found[1], found[2], found[3])
         self._best[assigned] = result
         return result
@@ -129,13 +141,32 @@ class Completions:
                 got.append(pick)
             if len(got) < len(reqs) or any(left.get(n, 0) > 0 for n in variants):
                 continue  # cannot serve them, or pads with media variants nobody asked for
-            useful = self.usefulness(left)
-            served = useful >> _SQ_BITS
             mib = self.geo.profiles
             waste = sum(mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs))
-            rank = (-served, waste + unusable, -(useful - (served << _SQ_BITS)), layout)
+            rank = (-self.served_of(layout), waste + unusable, -self._squares(left), layout)
             if found is None or rank < found[0]:
                 found = (rank, layout, tuple(got))
         result = None if found is None else (found[1], found[2])
         self._regroup[key] = result
         return result
+
+
+def pour(want: tuple[tuple[DemandClass, float], ...], instances: Layout) -> tuple[float, dict[object, float]]:
+    """Pour `want` (pods per class, classes in forecast order: exact profiles, then largest first) into the
+    instances, each class taking the smallest that serve it; (MiB of need served, pods per class left)."""
+    left = {n: float(c) for n, c in instances}
+    total = 0.0
+    rest: dict[object, float] = {}
+    for cls, pods in want:
+        for name in cls.accepts:
+            have = left.get(name, 0.0)
+            if have <= 0.0:
+                continue
+            take = min(have, pods)
+            left[name] = have - take
+            pods -= take
+            total += take * cls.need_mib
+            if pods <= 0.0:
+                break
+        rest[cls.key] = max(0.0, pods)
+    return total, rest
