@@ -1,7 +1,9 @@
 """Simulation benchmark: the FGD-paper validation (full protocol) and the MIG policy comparison.
 
     python -m bench.simulate validate [--seeds 42-51]      # continuous BestFit/FGD vs the paper (≈3 min)
-    python -m bench.simulate mig [--seeds 42-44] [--plot docs/img]   # MIG policies, openb + MISO (≈10 min)
+    python -m bench.simulate table RESULTS.json                  # markdown tables of a `mig --json` run
+    python -m bench.simulate mig [--seeds 42-44] [--plot docs/img] [--reconfig 60,20] [--only miso,genai]
+        # MIG policies: openb (packing) and every workload with departures at each median reconfiguration time
 
 Results are printed (and, with --json FILE, written); docs/simulation.md quotes these runs.
 """
@@ -12,6 +14,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,35 +71,105 @@ def validate(seeds: list[int]) -> dict[str, object]:
     return out
 
 
-def mig(seeds: list[int], plot_dir: Path | None) -> dict[str, object]:
+# Workloads with departures, on an A100 and an H100 cluster each; openb (no departures) is the packing check.
+TIMED = (
+    ("miso", "2x4", "a100-40gb"),
+    ("miso", "1x4", "h100-80gb"),
+    ("genai", "8x8", "a100-40gb"),
+    ("genai", "4x8", "h100-80gb"),
+)
+PACKING = (("openb", "openb/8", "h100-80gb"), ("openb", "openb/8", "a100-40gb"))
+
+
+def mig(
+    seeds: list[int], plot_dir: Path | None, medians: list[float], only: str | None, json_path: Path | None = None
+) -> dict[str, object]:
     cat = load_catalog()
-    runs = [
-        ("openb", "openb/8", "h100-80gb", ALL_POLICIES, seeds),
-        ("openb", "openb/8", "a100-40gb", ALL_POLICIES, seeds),
-        ("miso", "2x4", "a100-40gb", MIG_POLICIES, list(range(42, 52))),
-        ("miso", "1x4", "h100-80gb", MIG_POLICIES, list(range(42, 52))),
-    ]
+    runs: list[tuple[str, str, str, tuple[str, ...], float]] = []
+    for workload, cluster, model in PACKING:
+        runs.append((workload, cluster, model, ALL_POLICIES, medians[0]))
+    for workload, cluster, model in TIMED:
+        for median in medians:
+            runs.append((workload, cluster, model, MIG_POLICIES, median))
     out: dict[str, object] = {}
-    for workload, cluster, model, policies, sds in runs:
+    for workload, cluster, model, policies, median in runs:
+        key = f"{workload}:{cluster}:{model}:r{median:g}"
+        if only and not any(part in key for part in only.split(",")):
+            continue
         t0 = time.perf_counter()
-        sc = Scenario(workload, load_cluster(cluster), cat.model(model), policies, sds)
+        sc = Scenario(workload, load_cluster(cluster), cat.model(model), policies, seeds, reconfig_s=median)
         sc.run()
         print(format_table(sc), f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         if plot_dir is not None:
             plot(sc, plot_dir)
-        out[f"{workload}:{cluster}:{model}"] = sc.to_dict()
+        out[key] = sc.to_dict()
+        if json_path is not None:  # after every scenario: a long grid keeps what it has finished
+            json_path.write_text(json.dumps(out, indent=1, default=lambda o: None))
     return out
+
+
+MD_COLUMNS = (
+    ("alloc_pct", "alloc%", 1),
+    ("placed_pods_pct", "pods%", 1),
+    ("pending_s_mean", "pend s", 0),
+    ("internal_pct", "internal%", 1),
+    ("reconfigs_per_1k", "reconf/1k", 0),
+    ("node_pauses_per_1k", "pauses/1k", 1),
+    ("plan_ms_p50", "plan ms", 1),
+)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """docs/simulation.md tables from a `mig --json` file: one table per workload and cluster, both
+    reconfiguration times side by side (mean ± std over the seeds)."""
+    from migctl.sim.report import label
+
+    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for key, sc in results.items():
+        groups.setdefault(key.rsplit(":r", 1)[0], []).append((key.rsplit(":r", 1)[1], sc))
+    out = []
+    for group, runs in groups.items():
+        runs.sort(key=lambda r: -float(r[0]))
+        first = runs[0][1]
+        out.append(f"#### {group} (seeds {', '.join(map(str, first['seeds']))})\n")
+        out.append(f"Reconfiguration time: {'; '.join(str(sc['reconfig']) for _, sc in runs)}.\n")
+        head = ["policy"] + [f"{name} @{r}s" for r, _ in runs for _, name, _ in MD_COLUMNS]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|---|" + "---:|" * (len(head) - 1))
+        for policy in first["metrics"]:
+            cells = [label(policy)]
+            for _, sc in runs:
+                m = sc["metrics"][policy]
+                for key, _, digits in MD_COLUMNS:
+                    mean, std = m[key]["mean"], m[key]["std"]
+                    if mean is None or mean != mean:  # null or NaN: not defined for this policy
+                        cells.append("n/a")
+                        continue
+                    d = 0 if abs(mean) >= 1000 else digits
+                    cells.append(f"{mean:.{d}f}±{std:.{d}f}" if len(sc["seeds"]) > 1 else f"{mean:.{d}f}")
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["validate", "mig"])
+    ap.add_argument("what", choices=["validate", "mig", "table"])
+    ap.add_argument("file", nargs="?", type=Path, help="table: a `mig --json` results file")
     ap.add_argument("--seeds", default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--reconfig", default="60,20", help="median reconfiguration times to report (s), comma-separated")
+    ap.add_argument("--only", default=None, help="comma-separated substrings of run keys, e.g. miso:1x4 or genai")
     a = ap.parse_args()
+    if a.what == "table":
+        if a.file is None:
+            ap.error("table needs the results file of `mig --json`")
+        print(markdown(json.loads(a.file.read_text())))
+        return
     seeds = _seeds(a.seeds or ("42-51" if a.what == "validate" else "42-44"))
-    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot)
+    medians = [float(x) for x in a.reconfig.split(",")]
+    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only, a.json)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1, default=lambda o: None))
 

@@ -9,13 +9,14 @@ every GPU):
   rounding), unusable = memory the layouts of busy GPUs leave unreachable / cluster memory — both read when the
   last pod has arrived;
 * pending time: seconds from arrival to start (reconfiguration cost included), over placed pods;
-* reconfigurations and evictions per 1,000 placed pods; plan latency: wall time of one policy round.
+* reconfigurations (GPU layout changes), node pauses (node-wide reconfiguration windows) and evictions per
+  1,000 placed pods; plan latency: wall time of one planner call (migctl) or policy step (the others).
+With departures, alloc % is the time average of the running pods' VRAM from the first to the last arrival.
 """
 
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ import numpy as np
 from migctl.core.catalog import GpuModel
 from migctl.sim.continuous import MILLI, ContinuousSim, resample, typical_pods
 from migctl.sim.mig import RunResult, simulate
-from migctl.sim.names import ALL_POLICIES, CONTINUOUS, DEFAULT_RECONFIG_S, MIG_POLICIES, WORKLOADS
+from migctl.sim.names import ALL_POLICIES, CONTINUOUS, DEFAULT_RECONFIG_S, DEFAULT_SIGMA, MIG_POLICIES, WORKLOADS
+from migctl.sim.timing import ReconfigTime
 from migctl.sim.workloads import (
     BUNDLED,
     OPENB,
@@ -53,6 +55,7 @@ METRICS = (
     "unusable_pct",
     "pending_s_mean",
     "reconfigs_per_1k",
+    "node_pauses_per_1k",
     "evictions_per_1k",
     "plan_ms_p50",
     "plan_ms_p99",
@@ -112,24 +115,34 @@ class Scenario:
     model: GpuModel
     policies: Sequence[str]
     seeds: Sequence[int]
-    reconfig_s: float = DEFAULT_RECONFIG_S
+    reconfig_s: float = DEFAULT_RECONFIG_S  # median of the reconfiguration time
+    reconfig_sigma: float = DEFAULT_SIGMA  # lognormal shape; 0: always reconfig_s
     ratio: float = 1.3
     batch: int = 32
     miso_gap_s: float = 20.0
     miso_copies: int = 3
     runs: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     curves: dict[str, list[tuple[list[float], list[float], list[float]]]] = field(default_factory=dict)
+    timelines: dict[str, list[Timeline]] = field(default_factory=dict)
     mapping: str = ""
     source: str = ""
+
+    @property
+    def timing(self) -> ReconfigTime:
+        return ReconfigTime(self.reconfig_s, self.reconfig_sigma)
 
     def run(self) -> None:
         for seed in self.seeds:
             for policy in self.policies:
-                metrics, curve = self._one(policy, seed)
+                metrics, curve, timeline = self._one(policy, seed)
                 self.runs.setdefault(policy, []).append(metrics)
                 self.curves.setdefault(policy, []).append(curve)
+                if timeline is not None:
+                    self.timelines.setdefault(policy, []).append(timeline)
 
-    def _one(self, policy: str, seed: int) -> tuple[dict[str, float], tuple[list[float], list[float], list[float]]]:
+    def _one(
+        self, policy: str, seed: int
+    ) -> tuple[dict[str, float], tuple[list[float], list[float], list[float]], Timeline | None]:
         full = self.model.full_profile.memory_mib
         if self.workload.startswith("openb"):
             pods = _openb_pods(self.workload)
@@ -138,31 +151,33 @@ class Scenario:
             self.mapping = OPENB_MAPPING + f" ({full} MiB on {self.model.id})"
             self.source = f"openb default pods, resampled to {self.ratio:.0%} of GPU capacity, no departures"
             if policy in CONTINUOUS:
-                return _continuous(policy, pods, order, self.cluster.nodes, rng)
+                return (*_continuous(policy, pods, order, self.cluster.nodes, rng), None)
             jobs = openb_jobs(pods, order, full)
             res = simulate(
                 jobs,
                 self.cluster.nodes.gpus.tolist(),
                 self.model,
                 policy,
-                reconfig_s=self.reconfig_s,
+                reconfig=self.timing,
                 batch=self.batch,
                 departures=False,
                 drop_unplaced=True,
+                seed=seed,
             )
-            return summarize(res), curve_of(res)
+            return summarize(res), curve_of(res), None
         if policy in CONTINUOUS:
             raise ValueError(f"{policy} needs an openb workload (it packs gpu_milli shares)")
         wl = self._workload(seed)
         self.mapping, self.source = wl.mapping, wl.source
-        res = simulate(list(wl.jobs), self.cluster.nodes.gpus.tolist(), self.model, policy, reconfig_s=self.reconfig_s)
-        return summarize(res), curve_of(res)
+        nodes = self.cluster.nodes.gpus.tolist()
+        res = simulate(list(wl.jobs), nodes, self.model, policy, reconfig=self.timing, seed=seed)
+        return summarize(res), curve_of(res), timeline_of(res)
 
     def _workload(self, seed: int) -> Workload:
         if self.workload == "miso":
             return miso_workload(seed=seed, mean_gap_s=self.miso_gap_s, copies=self.miso_copies)
         if self.workload == "genai":
-            return genai_workload()
+            return genai_workload(seed=seed)
         raise ValueError(f"unknown workload {self.workload!r}; choose from {', '.join(WORKLOADS)}")
 
     def table(self) -> dict[str, dict[str, tuple[float, float]]]:
@@ -187,6 +202,8 @@ class Scenario:
             "model": self.model.id,
             "seeds": list(self.seeds),
             "reconfig_s": self.reconfig_s,
+            "reconfig_sigma": self.reconfig_sigma,
+            "reconfig": self.timing.describe(),
             "batch": self.batch,
             "metrics": {p: {m: {"mean": v[0], "std": v[1]} for m, v in t.items()} for p, t in self.table().items()},
             "runs": self.runs,
@@ -205,12 +222,8 @@ def summarize(res: RunResult) -> dict[str, float]:
     at100 = [s for s in res.samples if s.arrived_mib <= res.total_mib]
     alloc = _pct(res.placed_mib, res.total_mib)
     alloc100 = _pct(at100[-1].placed_mib, res.total_mib) if at100 else math.nan
-    if res.departures:  # pods leave: time-weighted running VRAM while pods still arrive
-        last = max((s.time for s in res.samples if s.arrived_pods == res.jobs), default=0.0)
-        ts = [s for s in res.samples if s.time <= last]
-        area = sum((b.time - a.time) * a.running_mib for a, b in itertools.pairwise(ts))
-        span = ts[-1].time - ts[0].time if len(ts) > 1 else 0.0
-        alloc, alloc100 = (_pct(area / span, res.total_mib) if span else math.nan), math.nan
+    if res.departures:  # pods leave: time-weighted running VRAM while pods arrive
+        alloc, alloc100 = _pct(time_average(res, "running_mib"), res.total_mib), math.nan
     return {
         "alloc_pct": alloc,
         "alloc_pct_at_100": alloc100,
@@ -220,10 +233,43 @@ def summarize(res: RunResult) -> dict[str, float]:
         "unusable_pct": _pct(res.unusable_mib, res.total_mib),
         "pending_s_mean": pending,
         "reconfigs_per_1k": 1000.0 * res.reconfigs / res.placed if res.placed else math.nan,
+        "node_pauses_per_1k": 1000.0 * res.windows / res.placed if res.placed else math.nan,
         "evictions_per_1k": 1000.0 * res.evictions / res.placed if res.placed else math.nan,
         "plan_ms_p50": float(np.nanpercentile(plan, 50)),
         "plan_ms_p99": float(np.nanpercentile(plan, 99)),
     }
+
+
+def time_average(res: RunResult, what: str) -> float:
+    """Time average of a sample field (a step function: each sample holds until the next) over the arrivals,
+    from the first arrival to the last; NaN when they all arrive at once."""
+    t0, t1 = res.first_arrival, res.last_arrival
+    if t1 <= t0:
+        return math.nan
+    area = 0.0
+    for a, b in zip(res.samples, [*res.samples[1:], None], strict=True):
+        end = min(b.time if b is not None else t1, t1)
+        start = max(a.time, t0)
+        if end > start:
+            area += (end - start) * float(getattr(a, what))
+    return area / (t1 - t0)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One run over time: seconds, pods queued (pending or waiting for a reconfiguration), running VRAM %."""
+
+    t: list[float]
+    queued: list[int]
+    running_pct: list[float]
+
+
+def timeline_of(res: RunResult) -> Timeline:
+    return Timeline(
+        [s.time for s in res.samples],
+        [s.queued for s in res.samples],
+        [_pct(s.running_mib, res.total_mib) for s in res.samples],
+    )
 
 
 def curve_of(res: RunResult) -> tuple[list[float], list[float], list[float]]:
@@ -252,6 +298,7 @@ def _continuous(
         "unusable_pct": math.nan,
         "pending_s_mean": 0.0,
         "reconfigs_per_1k": math.nan,
+        "node_pauses_per_1k": math.nan,
         "evictions_per_1k": math.nan,
         "plan_ms_p50": math.nan,
         "plan_ms_p99": math.nan,

@@ -184,20 +184,30 @@ def miso_workload(root: Path | None = None, seed: int = 0, mean_gap_s: float = 6
     )
 
 
-def genai_workload(root: Path | None = None, quantile: str = "peak_gib") -> Workload:
-    """GenTD26 pods: request = per-pod peak (or p95) GiB; arrival/departure from the first/last sample."""
+def genai_workload(
+    root: Path | None = None, quantile: str = "peak_gib", seed: int | None = None, jitter_s: float = 300.0
+) -> Workload:
+    """GenTD26 pods: request = per-pod peak (or p95) GiB; arrival/departure from the first/last sample.
+
+    With a `seed`, every arrival moves later by a uniform draw from [0, `jitter_s`) (lifetimes kept), so seeds
+    differ: 114 of the 144 pods share the trace's first sample, and the jitter decides their order and spacing.
+    """
     d = data_dir(GENAI, root)
     with (d / "pod_gpu_memory_summary_derived.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     t0 = min(float(r["first_ts"]) for r in rows)
+    rng = np.random.default_rng(seed) if seed is not None else None
     jobs = []
     for i, r in enumerate(sorted(rows, key=lambda r: (float(r["first_ts"]), r["container_ip"]))):
         mib = max(1, int(float(r[quantile]) * 1024))
         start, end = float(r["first_ts"]) - t0, float(r["last_ts"]) - t0
-        jobs.append(Job(f"genai-{i}", mib, 1, False, start, max(60.0, end - start)))
+        shift = float(rng.uniform(0.0, jitter_s)) if rng is not None else 0.0
+        jobs.append(Job(f"genai-{i}", mib, 1, False, start + shift, max(60.0, end - start)))
+    jobs.sort(key=lambda j: j.arrival)
+    how = f", arrivals jittered by U[0, {jitter_s:g}) s (seed {seed})" if seed is not None else ""
     return Workload(
         "genai",
         tuple(jobs),
         f"VRAM = GenTD26 per-pod {quantile.replace('_gib', '')} GiB (anonymised; may be scaled)",
-        "alibaba/clusterdata cluster-trace-v2026-GenAI@7a6c496e",
+        "alibaba/clusterdata cluster-trace-v2026-GenAI@7a6c496e" + how,
     )

@@ -38,3 +38,34 @@ def test_json_and_plots(tmp_path: Path) -> None:
 def test_unknown_policy_is_a_usage_error() -> None:
     res = CliRunner().invoke(cli, ["simulate", "--policies", "nope"])
     assert res.exit_code == 2
+
+
+def test_bench_tables_put_both_reconfiguration_times_side_by_side() -> None:
+    from bench.simulate import markdown
+    from migctl.core.catalog import load_catalog
+    from migctl.sim.scenario import Scenario, load_cluster
+
+    runs = {}
+    for median in (60.0, 20.0):
+        sc = Scenario("openb-slice", load_cluster("openb-slice"), load_catalog().model("h100-80gb"),
+                      ["static-best-mix", "nos"], [42], reconfig_s=median)  # fmt: skip
+        sc.run()
+        runs[f"openb-slice:openb-slice:h100-80gb:r{median:g}"] = json.loads(json.dumps(sc.to_dict(), default=str))
+    text = markdown(runs)
+    assert "#### openb-slice:openb-slice:h100-80gb" in text
+    assert "alloc% @60s" in text and "alloc% @20s" in text
+    assert "| static-best-mix (oracle) |" in text and "| nos |" in text
+
+
+def test_runs_with_departures_also_plot_queue_and_allocation_over_time(tmp_path: Path) -> None:
+    from migctl.core.catalog import load_catalog
+    from migctl.sim.report import plot
+    from migctl.sim.scenario import Scenario, load_cluster
+
+    sc = Scenario("miso", load_cluster("1x4"), load_catalog().model("h100-80gb"), ["static-best-mix", "hami"], [42])
+    sc.run()
+    tl = sc.timelines["hami"][0]
+    assert len(tl.t) == len(tl.queued) == len(tl.running_pct) > 100
+    assert max(tl.queued) > 0 and tl.t == sorted(tl.t)
+    names = {p.name for p in plot(sc, tmp_path)}
+    assert {"miso-1x4-h100-80gb-r60-queue.png", "miso-1x4-h100-80gb-r60-allocated.png"} <= names

@@ -1,0 +1,258 @@
+"""`migctl` in the simulator: the real planner behind the controller's batching window and guard rails.
+
+The same settings model as `migctl run` drives it (`migctl.config.ControllerSettings`, `PlannerSettings`) and the
+same pure decisions (`migctl.controller.guards`: `BatchWindow`, `holds`, `select`), so the simulated controller
+waits, batches and refuses exactly where the live one would:
+* every arrival or departure, and the end of a reconfiguration, triggers a reconcile `debounce_s` later (a
+  trigger already pending is kept); the periodic resync (every `resync_interval_s`) is simulated only where it
+  can change the plan: at the first resync after a guard rail on some node expires while pods wait (any other
+  resync sees the same snapshot as the reconcile before it, and plans the same);
+* a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`), freezes the nodes
+  `holds` names (in flight, cooldown, minimum dwell), plans, and, once the batching window says demand has
+  settled, lets `select` start at most `max_concurrent_nodes` node changes;
+* a started node is tainted and paused node-wide (`Sim.reconfigure`); the pods the change is for start when
+  it ends, and its `last_change` starts the dwell.
+Between reconciles kube-scheduler binds pending pods to free instances (`bind_free`). `settle_s` has no effect
+here: the pods a change is for bind the moment it ends, so none is left to plan twice.
+
+Without departures (openb, the FGD packing protocol) there is no timeline: each round plans and applies at once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from migctl.config import ControllerSettings
+from migctl.controller.guards import BatchWindow, Candidate, NodeRecord, holds, select
+from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.migparted import GpuConfig
+from migctl.core.plan import Plan
+from migctl.core.planner import plan
+from migctl.core.settings import PlannerSettings
+from migctl.sim.baselines import bind_free
+from migctl.sim.mig import Policy, Sim
+from migctl.sim.state import Placement
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # trace time 0 as a creationTimestamp
+NAMESPACE = "sim"
+
+
+def node_name(n: int) -> str:
+    return f"n{n:05d}"
+
+
+def pod_name(ji: int) -> str:
+    """Zero-padded, so name order is arrival order (the planner breaks creation-time ties by key)."""
+    return f"j{ji:07d}"
+
+
+def created(arrival_s: float) -> str:
+    """A trace arrival as Kubernetes writes creationTimestamp (RFC 3339, whole seconds, UTC)."""
+    return (EPOCH + timedelta(seconds=math.floor(arrival_s))).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job_of(pod_key: str) -> int:
+    return int(pod_key.rsplit("/j", 1)[1])
+
+
+def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None) -> Pod:
+    """The pod as the adapter reads it: a VRAM request (or full instances for whole-GPU pods), the need
+    annotation, priority, creation time = arrival, and for a running pod its node and GPU."""
+    job, full = sim.jobs[ji], sim.cl.shapes.full
+    if job.whole:
+        demand = GpuDemand("profile", job.num_gpu, profile=full.name)
+    else:
+        demand = GpuDemand("vram", job.num_gpu, vram_mib=job.vram_mib)
+    return Pod(
+        NAMESPACE,
+        pod_name(ji),
+        priority=job.priority,
+        node=node,
+        phase="Running" if node else "Pending",
+        gpu=(demand,),
+        need_mib=min(full.memory_mib if job.whole else job.vram_mib, full.memory_mib),
+        unschedulable=node is None,
+        created=created(job.arrival),
+        gpu_index=gpu_index,
+    )
+
+
+def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snapshot:
+    """The cluster as `snapshot_from_objects` would build it: nodes with per-GPU layouts and usage (the node
+    agent's inventory), running pods with their node and GPU, pending pods; nodes in a reconfiguration carry
+    migctl's taint. `frozen`: node -> why the guard rails hold it."""
+    cl, frozen = sim.cl, frozen or {}
+    on_node: dict[int, list[tuple[int, int | None]]] = {}
+    for ji, units in sim.running.items():
+        gids = {gid for gid, _ in units}
+        n = cl.gpus[units[0][0]].node
+        on_node.setdefault(n, []).append((ji, cl.gpus[units[0][0]].index if len(gids) == 1 else None))
+    pods: list[Pod] = []
+    nodes = []
+    for n, ids in enumerate(cl.by_node):
+        name = node_name(n)
+        running = sorted(on_node.get(n, []))
+        node_pods = [_pod(sim, ji, name, idx) for ji, idx in running]
+        pods.extend(node_pods)
+        free: dict[str, int] = {}
+        gpus = []
+        for gid in ids:
+            g = cl.gpus[gid]
+            gpus.append(Gpu(g.index, GpuConfig.mig(dict(g.layout)), dict(g.used), False))
+            for p, c in g.free.items():
+                free[p] = free.get(p, 0) + c
+        paused = not cl.node_open(n)
+        reason = "migctl is reconfiguring it" if paused else frozen.get(n, "")
+        nodes.append(
+            Node(
+                name=name,
+                taints=(Taint(taint, "true", "NoSchedule"),) if paused else (),
+                allocatable=Resources(10**9, 2**62, 10**6),
+                used=Resources(pods=len(node_pods)),
+                model=cl.shapes.model,
+                gpus=tuple(gpus),
+                mig_free=free,
+                usage_known=True,
+                frozen_reason=reason,
+                gpu_pods=tuple((p.key, p.priority, p.gpu_index) for p in node_pods),
+            )
+        )
+    pods.extend(_pod(sim, ji, None, None) for ji in sim.pending)
+    return Snapshot(tuple(nodes), tuple(pods))
+
+
+def _fingerprint(snap: Snapshot) -> object:
+    """Everything of a simulator snapshot the planner reads (the rest is the same in every snapshot of a run)."""
+    nodes = tuple(
+        (n.frozen_reason, bool(n.taints), tuple((g.config, tuple(sorted((g.used or {}).items()))) for g in n.gpus))
+        for n in snap.nodes
+    )
+    return nodes, tuple((p.key, p.node, p.gpu_index) for p in snap.pods)
+
+
+@dataclass
+class _Record:
+    last_attempt: float | None = None
+    last_change: float | None = None
+
+
+class Controller(Policy):
+    name = "migctl"
+    times_itself = True
+
+    def __init__(self, planner: PlannerSettings | None = None, controller: ControllerSettings | None = None) -> None:
+        self.planner = planner or PlannerSettings()
+        self.settings = controller or ControllerSettings()
+        self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
+        self.records: dict[int, _Record] = {}
+        self.trigger_at: float | None = None  # debounced reconcile
+        self.batch_at: float | None = None  # the batching window closes
+        self.resync_at: float | None = None  # the next resync that can matter
+        self.last_plan: Plan | None = None
+        self._memo: tuple[object, Plan] | None = None
+
+    def wake(self, sim: Sim) -> float | None:
+        times = [t for t in (self.trigger_at, self.batch_at) if t is not None]
+        self.resync_at = self._next_resync(sim) if sim.pending else None
+        if self.resync_at is not None:
+            times.append(self.resync_at)
+        return min(times) if times else None
+
+    def _next_resync(self, sim: Sim) -> float | None:
+        """The first resync tick (an interval job: multiples of resync_interval_s) at or after the next moment a
+        cooldown or minimum dwell ends."""
+        s, now = self.settings, sim.now
+        ends = [
+            t
+            for r in self.records.values()
+            for t in (
+                None if r.last_attempt is None else r.last_attempt + s.cooldown_s,
+                None if r.last_change is None else r.last_change + s.min_dwell_s,
+            )
+            if t is not None and t > now
+        ]
+        if not ends:
+            return None
+        step = s.resync_interval_s
+        return math.ceil(min(ends) / step) * step
+
+    def finished(self, sim: Sim, node: int) -> None:
+        self.records[node] = _Record(sim.now, sim.now)  # the actuator records last-change on success
+
+    def step(self, sim: Sim) -> None:
+        now = sim.now
+        if sim.packing:  # the planner places every pod of the round itself, as before the timeline existed
+            self._reconcile(sim, guarded=False)
+            return
+        bind_free(sim)
+        if sim.real_event and self.trigger_at is None:
+            self.trigger_at = now + self.settings.debounce_s
+        due = [t for t in (self.trigger_at, self.batch_at, self.resync_at) if t is not None and t <= now]
+        if not due:
+            return
+        if self.trigger_at is not None and self.trigger_at <= now:
+            self.trigger_at = None
+        if self.batch_at is not None and self.batch_at <= now:
+            self.batch_at = None
+        if self.resync_at is not None and self.resync_at <= now:
+            self.resync_at = None
+        self._reconcile(sim, guarded=True)
+
+    def _reconcile(self, sim: Sim, guarded: bool) -> None:
+        now, cl = sim.now, sim.cl
+        frozen: dict[int, str] = {}
+        if guarded:
+            in_flight = {node_name(n) for n in sim.windows}
+            recs = [NodeRecord(node_name(n), "", r.last_attempt, r.last_change) for n, r in self.records.items()]
+            held = holds(recs, now, self.settings, in_flight)
+            frozen = {int(k[1:]): f"guard rail: {v}" for k, v in held.items()}
+        snap = snapshot(sim, self.planner.reconfigure_taint, frozen)
+        key = _fingerprint(snap)
+        if self._memo is not None and self._memo[0] == key:
+            result = self._memo[1]  # the same snapshot as the last reconcile: the pure planner plans the same
+        else:
+            t0 = time.perf_counter()
+            result = plan(snap, self.planner)
+            sim.plan_s.append(time.perf_counter() - t0)
+            self._memo = (key, result)
+        self.last_plan = result
+        changed_gpus = {(int(n.name[1:]), g.index) for n in result.nodes for g in n.gpus if g.changed}
+        units: dict[int, list[tuple[int, str]]] = {}
+        for a in result.assignments:
+            assert a.gpu is not None, "the simulator's nodes always report per-GPU usage"
+            units.setdefault(job_of(a.pod), []).append((cl.by_node[int(a.node[1:])][a.gpu], a.profile))
+        by_node: dict[int, list[Placement]] = {}
+        for ji, u in units.items():
+            n = cl.gpus[u[0][0]].node
+            if any((n, cl.gpus[gid].index) in changed_gpus for gid, _ in u):
+                by_node.setdefault(n, []).append(Placement(ji, u))
+            elif ji in sim.pending and all(cl.open(gid) and cl.gpus[gid].free[p] > 0 for gid, p in u):
+                sim.start(Placement(ji, u))  # a free instance kube-scheduler would bind it to anyway
+        changed = [n for n in result.nodes if n.changed]
+        if not changed:
+            return
+        if guarded:
+            ready, due = self.window.observe(frozenset(p.key for p in snap.pending), now)
+            if not ready:
+                self.batch_at = None if due is None else due + 0.01
+                return
+            decisions = select(
+                [Candidate(n.name) for n in changed],
+                active=len(sim.windows),
+                evictions_last_hour=0,
+                settings=self.settings,
+                paused=self.settings.paused,
+            )
+            starts = [d.node for d in decisions if d.start and not self.settings.dry_run]
+        else:
+            starts = [n.name for n in changed]
+        plans = {n.name: n for n in changed}
+        for name in starts:
+            n = int(name[1:])
+            layouts = {cl.by_node[n][g.index]: g.target.layout for g in plans[name].gpus if g.changed}
+            mine = [pl for pl in by_node.get(n, []) if pl.job in sim.pending]
+            sim.reconfigure(n, layouts, mine)
+            self.records.setdefault(n, _Record())

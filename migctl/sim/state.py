@@ -1,0 +1,115 @@
+"""Cluster state of the MIG simulator: layouts, instances in use, and the windows in which nothing lands.
+
+Two kinds of window, because real systems pay two kinds of reconfiguration cost:
+* node-wide (`NodeState.ready_at`): a relabel makes mig-manager stop the device plugin, GFD and DCGM on the whole
+  node, and migctl taints the node, so no new pod lands on *any* of its GPUs until the reconfiguration ends
+  (a device-plugin restart, as nos does after its NVML changes, is node-wide too);
+* per GPU (`GpuState.ready_at`): an agent that creates one instance through NVML (HAMi v2.10) blocks only that
+  GPU, and only for the creation.
+Policies must not place on a GPU inside either window (`Cluster.open`); `apply` checks it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from migctl.core.catalog import GpuModel
+from migctl.core.geometry import CanonicalLayout, canonical
+from migctl.sim.shapes import Shapes
+
+
+@dataclass
+class GpuState:
+    node: int
+    index: int
+    layout: Counter[str]
+    used: Counter[str] = field(default_factory=Counter)
+    ready_at: float = 0.0  # an instance is being created on this GPU until then
+
+    @property
+    def free(self) -> Counter[str]:
+        return self.layout - self.used
+
+    def key(self) -> tuple[CanonicalLayout, CanonicalLayout]:
+        return canonical(self.layout), canonical(self.used)
+
+
+@dataclass
+class NodeState:
+    ready_at: float = 0.0  # reconfiguring (node-wide window) until then
+    windows: int = 0  # node-wide reconfigurations so far
+    paused_s: float = 0.0  # seconds spent in them
+
+
+@dataclass
+class Placement:
+    """A job's units (GPU id, profile) and the GPUs whose layout changes for it (counted on this placement)."""
+
+    job: int
+    gpus: list[tuple[int, str]]
+    layouts: dict[int, CanonicalLayout] = field(default_factory=dict)
+
+
+class Cluster:
+    def __init__(self, node_gpus: Sequence[int], model: GpuModel, initial: CanonicalLayout | None = None) -> None:
+        self.shapes = Shapes(model)
+        start = initial if initial is not None else ()  # MIG on, no instances: dynamic policies cut on demand
+        self.gpus: list[GpuState] = []
+        self.by_node: list[list[int]] = []
+        self.nodes: list[NodeState] = []
+        for n, count in enumerate(node_gpus):
+            ids = []
+            for i in range(count):
+                ids.append(len(self.gpus))
+                self.gpus.append(GpuState(n, i, Counter(dict(start))))
+            self.by_node.append(ids)
+            self.nodes.append(NodeState())
+        self.total_mib = self.shapes.full_mib * len(self.gpus)
+        self.now = 0.0
+
+    def instance_mib(self, counter: Counter[str]) -> int:
+        return self.shapes.instance_mib(counter)
+
+    def node_open(self, n: int) -> bool:
+        """No node-wide reconfiguration in progress: pods may land on its GPUs."""
+        return self.nodes[n].ready_at <= self.now
+
+    def open(self, gid: int) -> bool:
+        """A pod may land on this GPU now (neither its node nor the GPU itself is being reconfigured)."""
+        g = self.gpus[gid]
+        return g.ready_at <= self.now and self.nodes[g.node].ready_at <= self.now
+
+    def relayout(self, gid: int, layout: CanonicalLayout) -> None:
+        g = self.gpus[gid]
+        new = Counter(dict(layout))
+        assert not (g.used - new), f"re-layout of GPU {gid} would destroy instances in use"
+        assert not new or self.shapes.geo.is_valid(layout), f"invalid layout {layout}"
+        g.layout = new
+
+    def apply(self, pl: Placement, relayout: bool = True) -> None:
+        """Take the placement's instances (after its re-layouts, when `relayout`)."""
+        if relayout:
+            for gid, lay in pl.layouts.items():
+                self.relayout(gid, lay)
+        for gid, p in pl.gpus:
+            g = self.gpus[gid]
+            assert g.free[p] > 0, f"no free {p} on GPU {gid}"
+            g.used[p] += 1
+
+    def release(self, units: Sequence[tuple[int, str]]) -> None:
+        for gid, p in units:
+            used = self.gpus[gid].used
+            used[p] -= 1
+            if used[p] <= 0:
+                del used[p]
+
+
+def free_profile(g: GpuState, fits: tuple[str, ...]) -> str | None:
+    """The smallest fitting profile with a free instance on `g`."""
+    free = g.free
+    for p in fits:
+        if free[p] > 0:
+            return p
+    return None
