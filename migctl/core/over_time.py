@@ -9,7 +9,8 @@ GPUs once more, with the objective over time (`spare.Completions`, docs/planning
   and the disruption count are untouched.
 - **Pre-shape.** An idle GPU the plan leaves alone (no layout change, no pod assigned) is reshaped toward the forecast (`Completions.best` of an
   empty GPU) when that lets its free instances serve at least `planner.preshape_min_gain` of its memory more
-  forecast demand. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels
+  forecast demand, once the forecast rests on at least half a window of pods (`forecast_half_life_pods` / 2
+  of weight): a cold start does not cut every GPU for the first pod. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels
   anyway the pause is paid already, and half the gain is enough (its GPUs go in the same relabel). A GPU whose
   layout is already the forecast's best gains nothing, so the same snapshot planned twice never reshapes twice;
   the controller's dwell and cool-down guard against a forecast that swings.
@@ -49,7 +50,10 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
     for mid, members in sorted(by_model.items()):
         model = members[0][0].model
         assert model is not None
-        base = Completions(geometry(model), demand.of(mid))
+        mf = demand.of(mid)
+        base = Completions(geometry(model), mf)
+        # pre-shaping bets a pause on the forecast: only once it rests on half a window of pods
+        sure = mf is not None and mf.evidence >= settings.forecast_half_life_pods / 2
         # the cluster's demand: a GPU's worth of pods per GPU of the model, less what fixed layouts serve
         want: dict[object, float] = {c.key: n * len(members) for c, n in base.want}
         fixed, reshaped, idle = [], [], []
@@ -57,7 +61,7 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
             gpu = next((g for g in node.gpus if g.index == gp.index), None)
             if gp.changed:
                 reshaped.append((node, gp))
-            elif settings.preshape and gpu is not None and (node.name, gp.index) not in on_gpu and _reshapable(
+            elif settings.preshape and sure and gpu is not None and (node.name, gp.index) not in on_gpu and _reshapable(
                 node, gpu, settings
             ):
                 idle.append((node, gp))
