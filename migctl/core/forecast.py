@@ -94,9 +94,7 @@ def forecast(snapshot: Snapshot, settings: PlannerSettings | None = None) -> For
 
 def _gpu_pods(pods: Iterable[Pod]) -> list[Pod]:
     """Pods that show GPU demand: pending or running ones with a GPU request (finished pods show none)."""
-    return [
-        p for p in pods if p.gpu and p.phase not in ("Succeeded", "Failed") and p.scheduler_name != "migctl"
-    ]
+    return [p for p in pods if p.gpu and p.phase not in ("Succeeded", "Failed") and p.scheduler_name != "migctl"]
 
 
 def _weighted(pods: list[Pod], half_life: float) -> list[tuple[float, tuple[GpuDemand, ...], int | None]]:

@@ -1,19 +1,21 @@
 """The plan's last step: shape what it reshapes, and idle GPUs nothing waits for, for the demand to come.
 
 Under the stock mig-manager a GPU can only be re-cut while it is idle, so a layout chosen now lasts until the
-GPU drains, and with a standing queue that is a long time. `for_the_forecast` therefore looks at the plan's
-GPUs once more, with the objective over time (`spare.Completions`, docs/planning.md):
+GPU drains, and with a standing queue that is a long time. `for_the_forecast` therefore looks at the plan's GPUs
+once more with the objective over time (`spare.py`, docs/planning.md). The demand is the cluster's: a GPU's worth
+of forecast pods per GPU of the model, less what the layouts that stay as they are serve; then GPU by GPU, in
+name order, each serves what the ones before it left, so rare requests get instances on some GPUs, not on all.
 
-- **Regroup.** Every GPU the plan reshapes gets the layout, and its pods the instances, whose spare instances
-  serve the most forecast demand (`Completions.regroup`). The pods and the GPUs stay the same, so objective 1
-  and the disruption count are untouched.
-- **Pre-shape.** An idle GPU the plan leaves alone (no layout change, no pod assigned) is reshaped toward the forecast (`Completions.best` of an
-  empty GPU) when that lets its free instances serve at least `planner.preshape_min_gain` of its memory more
-  forecast demand, once the forecast rests on at least half a window of pods (`forecast_half_life_pods` / 2
-  of weight): a cold start does not cut every GPU for the first pod. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels
-  anyway the pause is paid already, and half the gain is enough (its GPUs go in the same relabel). A GPU whose
-  layout is already the forecast's best gains nothing, so the same snapshot planned twice never reshapes twice;
-  the controller's dwell and cool-down guard against a forecast that swings.
+- **Regroup.** Every GPU the plan reshapes gets the layout, and its pods the instances, that serve the most of
+  that demand (`Completions.regroup`). Its pods stay, so objective 1 and the disruption count are untouched.
+- **Pre-shape.** An idle GPU the plan leaves alone (no layout change, no pod assigned) is reshaped toward the
+  demand (`Completions.best` of an empty GPU) when that serves at least `planner.preshape_min_gain` of its
+  memory more. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels anyway
+  the pause is paid and half the gain is enough (its GPUs go in the same relabel, which is what batching a
+  node's GPUs means here). Elsewhere the forecast must rest on half a window of pods
+  (`forecast_half_life_pods` / 2 of weight), so a quiet cluster does not bet a pause on two pods.
+- **No thrash.** A GPU whose layout already is the best for the demand gains nothing, so the same snapshot
+  planned twice never reshapes twice; the controller's dwell and cool-down hold a forecast that swings.
 """
 
 from __future__ import annotations
@@ -61,8 +63,11 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
             gpu = next((g for g in node.gpus if g.index == gp.index), None)
             if gp.changed:
                 reshaped.append((node, gp))
-            elif settings.preshape and sure and gpu is not None and (node.name, gp.index) not in on_gpu and _reshapable(
-                node, gpu, settings
+            elif (
+                settings.preshape
+                and gpu is not None
+                and (node.name, gp.index) not in on_gpu
+                and _reshapable(node, gpu, settings)
             ):
                 idle.append((node, gp))
             else:
@@ -79,7 +84,10 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
                 want = comp.residual(new.target.layout)
         for node, gp in idle:
             comp = base.with_want(want)
-            new = _preshape(gp, comp, node.name in touched, settings)
+            # a node the plan relabels anyway pays no extra pause: its idle GPUs join the same relabel even
+            # before the forecast is sure; elsewhere a pause is only bet on a forecast with evidence
+            bet = sure or node.name in touched
+            new = _preshape(gp, comp, node.name in touched, settings) if bet else gp
             gpus[(node.name, gp.index)] = new
             want = comp.residual(new.target.layout)
     node_plans = tuple(NodePlan(n.name, tuple(gpus[(n.name, g.index)] for g in n.gpus)) for n in result.nodes)
@@ -90,7 +98,8 @@ def _regroup(
     gp: GpuPlan, comp: Completions, node: Node, idx: list[int], assignments: list[Assignment], pods: dict[str, Pod]
 ) -> GpuPlan:
     """A reshaped GPU's layout and its pods' instances, chosen for the forecast (or `gp` unchanged)."""
-    if not gp.changed or not gp.target.mig_enabled or node.model is None:
+    model = node.model
+    if not gp.changed or not gp.target.mig_enabled or model is None:
         return gp
     reqs: list[tuple[tuple[tuple[str, ...], int], int]] = []
     for i in idx:
@@ -98,20 +107,26 @@ def _regroup(
         pod = pods.get(a.pod)
         if pod is None or pod.units != 1:
             return gp  # a pod with several instances: which request an instance serves is not one-to-one
-        fits = profiles_for(node.model, pod.gpu[0])
+        fits = profiles_for(model, pod.gpu[0])
         if not fits:
             return gp
         reqs.append(((tuple(p.name for p in fits), need_mib(pod.gpu[0], fits[0].memory_mib, pod.need_mib)), i))
     # exact profiles first, then VRAM requests largest first: smallest-fit is then exact for threshold requests
-    reqs.sort(key=lambda r: (len(r[0][0]) > 1 or pods[assignments[r[1]].pod].gpu[0].kind == "vram",
-                             -node.model.profile(r[0][0][0]).memory_mib, r[0][1], r[1]))
+    reqs.sort(
+        key=lambda r: (
+            len(r[0][0]) > 1 or pods[assignments[r[1]].pod].gpu[0].kind == "vram",
+            -model.profile(r[0][0][0]).memory_mib,
+            r[0][1],
+            r[1],
+        )
+    )
     found = comp.regroup(tuple(r for r, _ in reqs))
     if found is None:
         return gp
     layout, got = found
     for (_, i), profile in zip(reqs, got, strict=True):
         a = assignments[i]
-        mib = node.model.profile(profile).memory_mib
+        mib = model.profile(profile).memory_mib
         pod = pods[a.pod]
         assignments[i] = replace(a, profile=profile, instance_mib=mib, need_mib=need_mib(pod.gpu[0], mib, pod.need_mib))
     return replace(gp, target=GpuConfig.mig(layout), unusable_mib_after=comp.geo.unusable_mib(layout))

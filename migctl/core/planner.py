@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
@@ -33,7 +33,7 @@ from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
 from migctl.core.fits import Shapes
 from migctl.core.forecast import Forecast, forecast
-from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical, geometry
+from migctl.core.geometry import CanonicalLayout, canonical, geometry
 from migctl.core.improve import LocalSearch
 from migctl.core.migparted import GpuConfig
 from migctl.core.over_time import for_the_forecast
@@ -231,9 +231,7 @@ class Planner:
             if node.model is not None:
                 self.models[node.model.id] = node.model
                 if node.model.id not in self.completions:
-                    self.completions[node.model.id] = Completions(
-                        geometry(node.model), self.demand.of(node.model.id)
-                    )
+                    self.completions[node.model.id] = Completions(geometry(node.model), self.demand.of(node.model.id))
             kind = node.model.id if node.model else f"card:{node.card.memory_mib if node.card else 0}"
             if node.usage_known and node.gpus:
                 for gpu in node.gpus:

@@ -20,8 +20,8 @@ unusable memory, then larger free instances (sum of squared GiB), then the layou
 from __future__ import annotations
 
 from collections import Counter
-from copy import copy
 from collections.abc import Mapping
+from copy import copy
 
 from migctl.core.demand import WHOLE_GPU
 from migctl.core.forecast import DemandClass, ModelForecast
@@ -40,6 +40,8 @@ class Completions:
     ) -> None:
         self.geo = geo
         self.demand = demand
+        # every pod served counts a GPU's memory per pod at most, on top of its need (docs/planning.md)
+        self.pod_mib = geo.model.full_profile.memory_mib / geo.model.max_instances
         horizon = geo.model.max_instances  # pods drawn from the forecast: a GPU's worth, unless `want` says
         classes = demand.classes if demand is not None else ()
         self.want: tuple[tuple[DemandClass, float], ...] = tuple(
@@ -61,14 +63,14 @@ class Completions:
         hit = self._served.get(key)
         if hit is not None:
             return hit
-        hit = self._served[key] = round(pour(self.want, key)[0])
+        hit = self._served[key] = round(pour(self.want, key, self.pod_mib)[0])
         return hit
 
     def served_of(self, layout: Layout) -> int:
         """`served` of a canonical layout (no copy)."""
         hit = self._served.get(layout)
         if hit is None:
-            hit = self._served[layout] = round(pour(self.want, layout)[0])
+            hit = self._served[layout] = round(pour(self.want, layout, self.pod_mib)[0])
         return hit
 
     def with_want(self, want: Mapping[object, float]) -> Completions:
@@ -80,7 +82,7 @@ class Completions:
 
     def residual(self, layout: Layout) -> dict[object, float]:
         """Pods per class of `want` that the instances of `layout` leave unserved."""
-        return pour(self.want, layout)[1]
+        return pour(self.want, layout, self.pod_mib)[1]
 
     def usefulness(self, free: Mapping[str, int]) -> int:
         """Tie-break value of free instances, larger is better: `served`, then squared GiB (larger instances)."""
@@ -142,7 +144,9 @@ class Completions:
             if len(got) < len(reqs) or any(left.get(n, 0) > 0 for n in variants):
                 continue  # cannot serve them, or pads with media variants nobody asked for
             mib = self.geo.profiles
-            waste = sum(mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs))
+            waste = sum(
+                mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs, strict=True)
+            )
             rank = (-self.served_of(layout), waste + unusable, -self._squares(left), layout)
             if found is None or rank < found[0]:
                 found = (rank, layout, tuple(got))
@@ -151,22 +155,25 @@ class Completions:
         return result
 
 
-def pour(want: tuple[tuple[DemandClass, float], ...], instances: Layout) -> tuple[float, dict[object, float]]:
+def pour(
+    want: tuple[tuple[DemandClass, float], ...], instances: Layout, pod_mib: float = 0.0
+) -> tuple[float, dict[object, float]]:
     """Pour `want` (pods per class, classes in forecast order: exact profiles, then largest first) into the
     instances, each class taking the smallest that serve it; (MiB of need served, pods per class left)."""
     left = {n: float(c) for n, c in instances}
     total = 0.0
     rest: dict[object, float] = {}
     for cls, pods in want:
+        todo = pods
         for name in cls.accepts:
             have = left.get(name, 0.0)
             if have <= 0.0:
                 continue
-            take = min(have, pods)
+            take = min(have, todo)
             left[name] = have - take
-            pods -= take
-            total += take * cls.need_mib
-            if pods <= 0.0:
+            todo -= take
+            total += take * (pod_mib + cls.need_mib)
+            if todo <= 0.0:
                 break
-        rest[cls.key] = max(0.0, pods)
+        rest[cls.key] = max(0.0, todo)
     return total, rest

@@ -100,7 +100,9 @@ def test_spare_value_ranks_the_issue_example() -> None:
     comp = Completions(geometry(CATALOG.model(H100)), mf)
     many = comp.served({"1g.10gb": 5, "1g.20gb": 1})
     few = comp.served({"1g.10gb": 1, "1g.20gb": 1, "4g.40gb": 1})
-    assert many == 6 * 7 * 1024 and few == 3 * 7 * 1024  # the pods the spare instances hold, at their need
+    # the pods the spare instances hold, each at its need plus a GPU's memory per pod (a pod counts as a pod)
+    per_pod = 7 * 1024 + comp.pod_mib
+    assert many == round(6 * per_pod) and few == round(3 * per_pod)
 
 
 def _applied(snap: Snapshot, result: Plan) -> Snapshot:
@@ -119,7 +121,7 @@ def test_idle_gpu_is_preshaped_once_and_the_same_snapshot_never_reshapes_twice()
     history = [running(at(vram(f"h{i}", 7), i)) for i in range(24)]
     snap = Snapshot((busy, idle), tuple(history))
     first = plan(snap)
-    (gp,) = [n for n in first.nodes if n.name == "idle"][0].gpus
+    (gp,) = next(n for n in first.nodes if n.name == "idle").gpus
     assert gp.changed and _served_slots(dict(gp.target.layout), 7) == 7
     assert first.summary.gpus_reconfigured == 1
     again = plan(_applied(snap, first))
@@ -132,12 +134,13 @@ def test_idle_gpu_is_preshaped_once_and_the_same_snapshot_never_reshapes_twice()
 def test_preshaping_needs_a_gain_that_pays_for_the_pause() -> None:
     history = [running(at(vram(f"h{i}", 7), i)) for i in range(24)]
     busy = node("busy", H100, [{"1g.10gb": 7}], used=[{"1g.10gb": 7}])
-    # 5 x 1g.10gb + 1g.20gb already holds six of the seven pods a GPU's worth of the mix brings
+    # 5 x 1g.10gb + 1g.20gb holds six of the seven pods a GPU's worth of the mix brings: one pod more to gain
     near = node("near", H100, [{"1g.10gb": 5, "1g.20gb": 1}])
-    result = plan(Snapshot((busy, near), tuple(history)))
-    assert result.summary.gpus_reconfigured == 0
-    lower = plan(Snapshot((busy, near), tuple(history)), PlannerSettings(preshape_min_gain=0.05))
-    assert lower.summary.gpus_reconfigured == 1
+    assert plan(Snapshot((busy, near), tuple(history))).summary.gpus_reconfigured == 1
+    higher = plan(Snapshot((busy, near), tuple(history)), PlannerSettings(preshape_min_gain=0.3))
+    assert higher.summary.gpus_reconfigured == 0  # one more pod does not pay for a pause at 30% of the GPU
+    same = node("same", H100, [{"1g.10gb": 7}])  # as many pods of the mix as the best layout: nothing to gain
+    assert plan(Snapshot((busy, same), tuple(history))).summary.gpus_reconfigured == 0
     off = plan(Snapshot((busy, node("idle", H100, [{"7g.80gb": 1}])), tuple(history)), PlannerSettings(preshape=False))
     assert off.summary.gpus_reconfigured == 0
 
