@@ -20,12 +20,13 @@ name order, each serves what the ones before it left, so rare requests get insta
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from migctl.core.cluster import Gpu, Node, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
 from migctl.core.forecast import Forecast
-from migctl.core.geometry import geometry
+from migctl.core.geometry import canonical, geometry
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan
 from migctl.core.settings import PlannerSettings
@@ -72,18 +73,22 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
                 idle.append((node, gp))
             else:
                 fixed.append(gp)
+        pooled: Counter[str] = Counter()
         for gp in fixed:
             if gp.target.mig_enabled:
-                want = base.with_want(want).residual(gp.target.layout)
+                pooled.update(dict(gp.target.layout))
+        want = base.with_want(want).residual(canonical(pooled))
+        cache: dict[tuple[int, ...], Completions] = {}
+
         touched = {node.name for node, _ in reshaped}
         for node, gp in reshaped:
-            comp = base.with_want(want)
+            comp = _at(base, cache, want)
             new = _regroup(gp, comp, node, on_gpu.get((node.name, gp.index), []), assignments, pods)
             gpus[(node.name, gp.index)] = new
             if new.target.mig_enabled:
                 want = comp.residual(new.target.layout)
         for node, gp in idle:
-            comp = base.with_want(want)
+            comp = _at(base, cache, want)
             # a node the plan relabels anyway pays no extra pause: its idle GPUs join the same relabel even
             # before the forecast is sure; elsewhere a pause is only bet on a forecast with evidence
             bet = sure or node.name in touched
@@ -92,6 +97,15 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
             want = comp.residual(new.target.layout)
     node_plans = tuple(NodePlan(n.name, tuple(gpus[(n.name, g.index)] for g in n.gpus)) for n in result.nodes)
     return _with(result, node_plans, tuple(assignments))
+
+
+def _at(base: Completions, cache: dict[tuple[int, ...], Completions], want: dict[object, float]) -> Completions:
+    """`base` for `want`, rounded to eighths of a pod so that GPUs in the same spot share memos."""
+    q = tuple(round(want.get(c.key, 0.0) * 8) for c, _ in base.want)
+    hit = cache.get(q)
+    if hit is None:
+        hit = cache[q] = base.with_want({c.key: n / 8 for (c, _), n in zip(base.want, q, strict=True)})
+    return hit
 
 
 def _regroup(
