@@ -91,7 +91,7 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
             comp = _at(base, cache, want)
             # a node the plan relabels anyway pays no extra pause: its idle GPUs join the same relabel even
             # before the forecast is sure; elsewhere a pause is only bet on a forecast with evidence
-            bet = sure or node.name in touched
+            bet = node.name in touched or (sure and settings.preshape_quiet_nodes)
             new = _preshape(gp, comp, node.name in touched, settings) if bet else gp
             gpus[(node.name, gp.index)] = new
             want = comp.residual(new.target.layout)

@@ -57,6 +57,13 @@ class PlannerSettings(BaseModel):
     )
     forecast_prior: ForecastPrior | None = Field(None, description="Optional named mix the forecast starts from.")
     preshape: bool = Field(True, description="Reshape idle GPUs nothing waits for toward the demand forecast.")
+    preshape_quiet_nodes: bool = Field(
+        False,
+        description=(
+            "Also pause a node the plan leaves alone to pre-shape its idle GPUs (else only in relabels the plan "
+            "makes anyway)."
+        ),
+    )
     preshape_min_gain: float = Field(
         0.125,
         ge=0,
