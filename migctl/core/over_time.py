@@ -12,7 +12,8 @@ name order, each serves what the ones before it left, so rare requests get insta
   demand (`Completions.best` of an empty GPU) when that serves at least `planner.preshape_min_gain` of its
   memory more. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels anyway
   the pause is paid and half the gain is enough (its GPUs go in the same relabel, which is what batching a
-  node's GPUs means here). Elsewhere the forecast must rest on half a window of pods
+  node's GPUs means here). Pausing a quiet node for the forecast is opt-in (`planner.preshape_quiet_nodes`;
+  on openb it cost allocation) and then needs a forecast resting on half a window of pods
   (`forecast_half_life_pods` / 2 of weight), so a quiet cluster does not bet a pause on two pods.
 - **No thrash.** A GPU whose layout already is the best for the demand gains nothing, so the same snapshot
   planned twice never reshapes twice; the controller's dwell and cool-down hold a forecast that swings.

@@ -120,15 +120,17 @@ def test_idle_gpu_is_preshaped_once_and_the_same_snapshot_never_reshapes_twice()
     idle = node("idle", H100, [{"7g.80gb": 1}])
     history = [running(at(vram(f"h{i}", 7), i)) for i in range(24)]
     snap = Snapshot((busy, idle), tuple(history))
-    first = plan(snap)
+    assert plan(snap).summary.gpus_reconfigured == 0  # by default a quiet node is not paused for the forecast
+    quiet = PlannerSettings(preshape_quiet_nodes=True)
+    first = plan(snap, quiet)
     (gp,) = next(n for n in first.nodes if n.name == "idle").gpus
     assert gp.changed and _served_slots(dict(gp.target.layout), 7) == 7
     assert first.summary.gpus_reconfigured == 1
-    again = plan(_applied(snap, first))
+    again = plan(_applied(snap, first), quiet)
     assert again.summary.gpus_reconfigured == 0  # its layout is the forecast's best now: nothing to gain
-    assert plan(snap) == first  # and the same snapshot gives the same plan
+    assert plan(snap, quiet) == first  # and the same snapshot gives the same plan
     cold = Snapshot((busy, idle), tuple(history[-8:]))  # 8 pods are less than half a window (32): no bet yet
-    assert plan(cold).summary.gpus_reconfigured == 0
+    assert plan(cold, quiet).summary.gpus_reconfigured == 0
 
 
 def test_preshaping_needs_a_gain_that_pays_for_the_pause() -> None:
@@ -136,12 +138,16 @@ def test_preshaping_needs_a_gain_that_pays_for_the_pause() -> None:
     busy = node("busy", H100, [{"1g.10gb": 7}], used=[{"1g.10gb": 7}])
     # 5 x 1g.10gb + 1g.20gb holds six of the seven pods a GPU's worth of the mix brings: one pod more to gain
     near = node("near", H100, [{"1g.10gb": 5, "1g.20gb": 1}])
-    assert plan(Snapshot((busy, near), tuple(history))).summary.gpus_reconfigured == 1
-    higher = plan(Snapshot((busy, near), tuple(history)), PlannerSettings(preshape_min_gain=0.3))
+    quiet = PlannerSettings(preshape_quiet_nodes=True)
+    assert plan(Snapshot((busy, near), tuple(history)), quiet).summary.gpus_reconfigured == 1
+    higher = plan(Snapshot((busy, near), tuple(history)), quiet.model_copy(update={"preshape_min_gain": 0.3}))
     assert higher.summary.gpus_reconfigured == 0  # one more pod does not pay for a pause at 30% of the GPU
     same = node("same", H100, [{"1g.10gb": 7}])  # as many pods of the mix as the best layout: nothing to gain
-    assert plan(Snapshot((busy, same), tuple(history))).summary.gpus_reconfigured == 0
-    off = plan(Snapshot((busy, node("idle", H100, [{"7g.80gb": 1}])), tuple(history)), PlannerSettings(preshape=False))
+    assert plan(Snapshot((busy, same), tuple(history)), quiet).summary.gpus_reconfigured == 0
+    off = plan(
+        Snapshot((busy, node("idle", H100, [{"7g.80gb": 1}])), tuple(history)),
+        PlannerSettings(preshape=False, preshape_quiet_nodes=True),
+    )
     assert off.summary.gpus_reconfigured == 0
 
 
@@ -153,7 +159,8 @@ def test_preshaping_leaves_busy_frozen_and_unknown_gpus_alone() -> None:
         node("x", H100, [{"7g.80gb": 1}], labels={"migctl.io/exclude": "true"}),
         node("b", H100, [{"7g.80gb": 1}], used=[{"7g.80gb": 1}]),
     ):
-        assert plan(Snapshot((n,), history)).summary.gpus_reconfigured == 0, n.name
+        quiet = PlannerSettings(preshape_quiet_nodes=True)
+        assert plan(Snapshot((n,), history), quiet).summary.gpus_reconfigured == 0, n.name
 
 
 def test_regroup_keeps_the_pods_and_serves_them_from_the_target() -> None:
