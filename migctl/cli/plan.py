@@ -14,6 +14,7 @@ from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Pod, Snapshot
+from migctl.core.forecast import forecast
 from migctl.core.geometry import describe
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
@@ -93,6 +94,8 @@ def plan_command(
         emit_json({**result.to_dict(), "fallback": fallback, "vram_requests": vram})
         return
     click.echo(render_text(result, source, len(snapshot.nodes), explain, all_nodes))
+    if explain:  # the forecast the plan's spare instances were chosen for (the planner computes the same)
+        click.echo("\n" + "\n".join(forecast(snapshot, settings).describe()))
     if fallback["nodes"] or fallback["pending_pods"]:
         click.echo("\n" + render_fallback(fallback, explain))
     if vram:

@@ -4,7 +4,7 @@ Objective, compared lexicographically (docs/planning.md has a worked example):
   1. pods placed, in priority order (a pod is only ever placed ahead of lower-priority pods);
   2. stranded MiB: internal waste of placed pods + unusable MiB of every GPU whose layout changes;
   3. disruption: evictions, then GPUs reconfigured, then nodes touched;
-  4. how useful the free instances left behind are (FGD-style: fewer, larger free instances win);
+  4. how much of the forecast demand the free instances left behind can serve (`spare.py`, docs/planning.md);
   5. node name and GPU index, so the same snapshot always gives the same plan.
 
 Method: pods are taken highest priority first, larger demands first within a priority. Each pod goes to the
@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
@@ -33,16 +33,19 @@ from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
 from migctl.core.fits import Shapes
-from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical, geometry
+from migctl.core.forecast import Forecast, forecast
+from migctl.core.geometry import CanonicalLayout, canonical, geometry
 from migctl.core.improve import LocalSearch
 from migctl.core.migparted import GpuConfig
+from migctl.core.over_time import for_the_forecast
 from migctl.core.placement import signature, static_misfit, tally
 from migctl.core.plan import Assignment, Eviction, GpuPlan, NodePlan, Plan, Summary, Unplaced
 from migctl.core.settings import PlannerSettings
+from migctl.core.spare import Completions
 
 Layout = CanonicalLayout
 # (strategy preference, scarce-kind use, stranded MiB, evictions, GPUs reconfigured, nodes touched,
-#  -usefulness of what stays free)
+#  -usefulness of what stays free: forecast demand it serves, `spare.Completions.usefulness`)
 Cost = tuple[int, int, int, int, int, int, int]
 # A heap entry of one free existing instance: (-usefulness of what its GPU keeps free, GPU order, sequence number,
 #  the GPU's version when made, the GPU)
@@ -76,53 +79,6 @@ STRATEGIES = (
     "no-changes",
 )
 BALANCED = ("balance-first", "balance-ties")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Best completions: the layout a reconfigured GPU gets for the instances assigned to it.
-
-
-class _Completions:
-    """Per model: best completion of each assigned multiset, and what its free instances are worth."""
-
-    def __init__(self, geo: ModelGeometry) -> None:
-        self.geo = geo
-        self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
-        self._worth = {n: (p.memory_mib // 1024) ** 2 for n, p in geo.profiles.items()}
-        # every valid layout once: as a dict, its unusable MiB, and whether it contains media variants
-        self._layouts = [
-            (lay, dict(lay), geo.unusable_mib(lay), {n for n, _ in lay if geo.profiles[n].attributes})
-            for lay in geo.layouts
-        ]
-
-    def usefulness(self, free: Mapping[str, int]) -> int:
-        """Sum of squared GiB of free instances: one 40 GiB instance beats four of 10 GiB (FGD-style)."""
-        worth = self._worth
-        return sum(worth[n] * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
-
-    def worth(self, profile: str) -> int:
-        """One free instance's term of `usefulness`."""
-        return self._worth[profile]
-
-    def best(self, assigned: Layout) -> tuple[Layout, int, int] | None:
-        """(layout, unusable MiB, usefulness of its free instances) or None when `assigned` cannot exist."""
-        if assigned in self._best:
-            return self._best[assigned]
-        need = dict(assigned)
-        found: tuple[tuple[int, int, Layout], Layout, int, int] | None = None
-        for layout, have, unusable, variants in self._layouts:
-            if any(have.get(n, 0) < c for n, c in need.items()):
-                continue  # not a superset
-            extra = Counter({n: c - need.get(n, 0) for n, c in have.items() if c > need.get(n, 0)})
-            if any(n in variants for n in extra):
-                continue  # pads with media variants nobody asked for
-            useful = self.usefulness(extra)
-            rank = (unusable, -useful, layout)
-            if found is None or rank < found[0]:
-                found = (rank, layout, unusable, useful)
-        result = None if found is None else (found[1], found[2], found[3])
-        self._best[assigned] = result
-        return result
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -208,7 +164,8 @@ class Planner:
         strategy: str = "stranded-first",
         boost: frozenset[str] = frozenset(),
         shapes: dict[str, Shapes] | None = None,
-        completions: dict[str, _Completions] | None = None,
+        completions: dict[str, Completions] | None = None,
+        demand: Forecast | None = None,
     ) -> None:
         self.boost = boost  # pods taken first within their priority (pods an earlier pass left out)
         if strategy not in STRATEGIES:
@@ -216,9 +173,11 @@ class Planner:
         self.strategy = strategy
         self.snapshot = snapshot
         self.settings = settings or PlannerSettings()
+        # what the spare instances of reshaped GPUs are chosen for; shared by the passes of one `plan()`
+        self.demand = forecast(snapshot, self.settings) if demand is None else demand
         self.models: dict[str, GpuModel] = {}
         # per model id; shared by the passes of one `plan()`, like `shapes`: best completions are memoised
-        self.completions: dict[str, _Completions] = {} if completions is None else completions
+        self.completions: dict[str, Completions] = {} if completions is None else completions
         self.nodes: list[_NodeState] = []
         self.slots: list[_Slot] = []
         self.order_span = 0  # more than any GPU order
@@ -273,7 +232,7 @@ class Planner:
             if node.model is not None:
                 self.models[node.model.id] = node.model
                 if node.model.id not in self.completions:
-                    self.completions[node.model.id] = _Completions(geometry(node.model))
+                    self.completions[node.model.id] = Completions(geometry(node.model), self.demand.of(node.model.id))
             kind = node.model.id if node.model else f"card:{node.card.memory_mib if node.card else 0}"
             if node.usage_known and node.gpus:
                 for gpu in node.gpus:
@@ -360,13 +319,11 @@ class Planner:
         if slot.entries is None or slot.entries[0] != slot.version:
             left = self._left(slot)
             comp = self.completions.get(slot.kind)
-            total = comp.usefulness(left) if comp is not None else 0
             made = []
             for profile, n in left.items():
                 if n <= 0:
                     continue
-                # usefulness is a sum over instances: taking one off subtracts its own term
-                useful = total - comp.worth(profile) if comp is not None and profile != WHOLE_GPU else 0
+                useful = comp.usefulness_without(left, profile) if comp is not None else 0
                 made.append((profile, (-useful, slot.order, next(self._seq), slot.version, slot)))
             slot.entries = (slot.version, made)
         return slot.entries[1]
@@ -420,7 +377,7 @@ class Planner:
         if left.get(profile, 0) <= 0:
             return None
         comp = self.completions.get(slot.kind)
-        useful = comp.usefulness(left) - comp.worth(profile) if comp is not None and profile != WHOLE_GPU else 0
+        useful = comp.usefulness_without(left, profile) if comp is not None else 0
         return _Option(0, 0, 0, useful, False, slot.mig)
 
     def _reconf_option(self, slot: _Slot, profile: str, kid: int | None = None) -> _Option | None:
@@ -1222,9 +1179,11 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     any priority. Last, where pods that some GPU could serve are still left out, `Planner.augment` looks for
     such chains once more on that plan.
     """
+    settings = settings or PlannerSettings()
     with _collector_paused():
         budget = WorkBudget.for_snapshot(snapshot, settings)
-        return budget.stamp(_plan(snapshot, settings, budget))
+        demand = forecast(snapshot, settings)
+        return budget.stamp(for_the_forecast(_plan(snapshot, settings, budget, demand), snapshot, settings, demand))
 
 
 @contextmanager
@@ -1242,10 +1201,10 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(snapshot: Snapshot, settings: PlannerSettings | None, budget: WorkBudget) -> Plan:
+def _plan(snapshot: Snapshot, settings: PlannerSettings, budget: WorkBudget, demand: Forecast) -> Plan:
     shapes: dict[str, Shapes] = {}
-    completions: dict[str, _Completions] = {}
-    first = Planner(snapshot, settings, shapes=shapes, completions=completions)
+    completions: dict[str, Completions] = {}
+    first = Planner(snapshot, settings, shapes=shapes, completions=completions, demand=demand)
     budget.take()  # the first pass always runs
     best = first.run()
     maker = first
@@ -1258,7 +1217,7 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None, budget: WorkBudg
         for i, strategy in enumerate(STRATEGIES[1:], 1):
             if not budget.take():
                 break
-            other_maker = Planner(snapshot, settings, strategy, shapes=shapes, completions=completions)
+            other_maker = Planner(snapshot, settings, strategy, shapes=shapes, completions=completions, demand=demand)
             other = other_maker.run()
             other_rank = rank(other, snapshot)
             ranked.append((other_rank, i, strategy))
@@ -1272,7 +1231,9 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None, budget: WorkBudg
             if not left or left <= boost or not budget.take():
                 break
             boost |= left
-            latest_maker = Planner(snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes, completions)
+            latest_maker = Planner(
+                snapshot, settings, leaders[r % len(leaders)], frozenset(boost), shapes, completions, demand
+            )
             latest = latest_maker.run()
             latest_rank = rank(latest, snapshot)
             if latest_rank < best_rank:

@@ -4,9 +4,35 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from migctl.core.migparted_rules import NEWEST, Version, format_version, parse_version
+
+
+class PriorClass(BaseModel):
+    """One request class of a forecast prior: an exact MIG profile or an amount of VRAM, and its share."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profile: str = Field("", description="An exact MIG profile (`1g.10gb`), as `nvidia.com/mig-<p>` asks.")
+    vram: str = Field("", description="An amount of VRAM (`7Gi`), as the VRAM resource asks.")
+    weight: float = Field(1.0, gt=0, description="Relative share of this class in the mix.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> PriorClass:
+        if bool(self.profile) == bool(self.vram):
+            raise ValueError("give exactly one of `profile` or `vram`")
+        return self
+
+
+class ForecastPrior(BaseModel):
+    """A named mix of requests the forecast starts from before the cluster has shown its own (docs/planning.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., min_length=1, description="Shown by `migctl plan --explain`.")
+    classes: tuple[PriorClass, ...] = Field(..., min_length=1, description="The request classes of the mix.")
+    pods: float = Field(8.0, gt=0, description="How many recent pods' worth of evidence the prior counts as.")
 
 
 class PlannerSettings(BaseModel):
@@ -32,6 +58,29 @@ class PlannerSettings(BaseModel):
         description="Work units one plan may spend (a pass over the pending pods and GPUs costs one unit per pod "
         "and per GPU; not wall-clock time, so the same input gives the same plan). Past it, the best plan so far "
         "is returned and says so.",
+    )
+    forecast_half_life_pods: float = Field(
+        32.0,
+        gt=0,
+        description="Demand forecast window: a GPU pod counts half as much as one created this many pods later.",
+    )
+    forecast_prior: ForecastPrior | None = Field(None, description="Optional named mix the forecast starts from.")
+    preshape: bool = Field(True, description="Reshape idle GPUs nothing waits for toward the demand forecast.")
+    preshape_quiet_nodes: bool = Field(
+        False,
+        description=(
+            "Also pause a node the plan leaves alone to pre-shape its idle GPUs (else only in relabels the plan "
+            "makes anyway)."
+        ),
+    )
+    preshape_min_gain: float = Field(
+        0.125,
+        ge=0,
+        le=1,
+        description=(
+            "Pre-shape a GPU only when the forecast demand its free instances serve grows by this share of its "
+            "memory (a relabel pauses the whole node; docs/planning.md)."
+        ),
     )
 
 

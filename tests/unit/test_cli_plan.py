@@ -40,8 +40,10 @@ def test_example_text_explains_unplaced_pods() -> None:
     assert code == 0
     assert "batch/giant: asks for 204800 MiB" in out
     assert "summary: placed" in out
+    assert "demand forecast from" in out  # the forecast the spare instances were chosen for
     code, out, _ = run("plan", "--example")
     assert "(add --explain for the reasons)" in out
+    assert "demand forecast" not in out
 
 
 def test_example_is_deterministic() -> None:

@@ -1,0 +1,190 @@
+"""The plan's last step: shape what it reshapes, and idle GPUs nothing waits for, for the demand to come.
+
+Under the stock mig-manager a GPU can only be re-cut while it is idle, so a layout chosen now lasts until the
+GPU drains, and with a standing queue that is a long time. `for_the_forecast` therefore looks at the plan's GPUs
+once more with the objective over time (`spare.py`, docs/planning.md). The demand is the cluster's: a GPU's worth
+of forecast pods per GPU of the model, less what the layouts that stay as they are serve; then GPU by GPU, in
+name order, each serves what the ones before it left, so rare requests get instances on some GPUs, not on all.
+
+- **Regroup.** Every GPU the plan reshapes gets the layout, and its pods the instances, that serve the most of
+  that demand (`Completions.regroup`). Its pods stay, so objective 1 and the disruption count are untouched.
+- **Pre-shape.** An idle GPU the plan leaves alone (no layout change, no pod assigned) is reshaped toward the
+  demand (`Completions.best` of an empty GPU) when that serves at least `planner.preshape_min_gain` of its
+  memory more. A relabel pauses the whole node, so the gain must pay for it: on a node the plan relabels anyway
+  the pause is paid and half the gain is enough (its GPUs go in the same relabel, which is what batching a
+  node's GPUs means here). Pausing a quiet node for the forecast is opt-in (`planner.preshape_quiet_nodes`;
+  on openb it cost allocation) and then needs a forecast resting on half a window of pods
+  (`forecast_half_life_pods` / 2 of weight), so a quiet cluster does not bet a pause on two pods.
+- **No thrash.** A GPU whose layout already is the best for the demand gains nothing, so the same snapshot
+  planned twice never reshapes twice; the controller's dwell and cool-down hold a forecast that swings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from migctl.core.cluster import Gpu, Node, Pod, Snapshot
+from migctl.core.demand import need_mib, profiles_for
+from migctl.core.forecast import Forecast
+from migctl.core.geometry import canonical, geometry
+from migctl.core.migparted import GpuConfig
+from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan
+from migctl.core.settings import PlannerSettings
+from migctl.core.spare import Completions
+
+
+def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> Plan:
+    """`result` with its reshaped GPUs regrouped and idle GPUs pre-shaped (module docstring)."""
+    if not demand.models:
+        return result
+    nodes = {n.name: n for n in snapshot.nodes}
+    pods = {p.key: p for p in snapshot.pending}
+    on_gpu: dict[tuple[str, int], list[int]] = {}
+    for i, a in enumerate(result.assignments):
+        if a.gpu is not None:
+            on_gpu.setdefault((a.node, a.gpu), []).append(i)
+    assignments = list(result.assignments)
+    gpus: dict[tuple[str, int], GpuPlan] = {(n.name, g.index): g for n in result.nodes for g in n.gpus}
+    by_model: dict[str, list[tuple[Node, GpuPlan]]] = {}
+    for npl in result.nodes:
+        node = nodes.get(npl.name)
+        if node is not None and node.model is not None:
+            by_model.setdefault(node.model.id, []).extend((node, g) for g in npl.gpus)
+    for mid, members in sorted(by_model.items()):
+        model = members[0][0].model
+        assert model is not None
+        mf = demand.of(mid)
+        base = Completions(geometry(model), mf)
+        # pre-shaping bets a pause on the forecast: only once it rests on half a window of pods
+        sure = mf is not None and mf.evidence >= settings.forecast_half_life_pods / 2
+        # the cluster's demand: a GPU's worth of pods per GPU of the model, less what fixed layouts serve
+        want: dict[object, float] = {c.key: n * len(members) for c, n in base.want}
+        fixed, reshaped, idle = [], [], []
+        for node, gp in members:
+            gpu = next((g for g in node.gpus if g.index == gp.index), None)
+            if gp.changed:
+                reshaped.append((node, gp))
+            elif (
+                settings.preshape
+                and gpu is not None
+                and (node.name, gp.index) not in on_gpu
+                and _reshapable(node, gpu, settings)
+            ):
+                idle.append((node, gp))
+            else:
+                fixed.append(gp)
+        pooled: Counter[str] = Counter()
+        for gp in fixed:
+            if gp.target.mig_enabled:
+                pooled.update(dict(gp.target.layout))
+        want = base.with_want(want).residual(canonical(pooled))
+        cache: dict[tuple[int, ...], Completions] = {}
+
+        touched = {node.name for node, _ in reshaped}
+        for node, gp in reshaped:
+            comp = _at(base, cache, want)
+            new = _regroup(gp, comp, node, on_gpu.get((node.name, gp.index), []), assignments, pods)
+            gpus[(node.name, gp.index)] = new
+            if new.target.mig_enabled:
+                want = comp.residual(new.target.layout)
+        for node, gp in idle:
+            comp = _at(base, cache, want)
+            # a node the plan relabels anyway pays no extra pause: its idle GPUs join the same relabel even
+            # before the forecast is sure; elsewhere a pause is only bet on a forecast with evidence
+            bet = node.name in touched or (sure and settings.preshape_quiet_nodes)
+            new = _preshape(gp, comp, node.name in touched, settings) if bet else gp
+            gpus[(node.name, gp.index)] = new
+            want = comp.residual(new.target.layout)
+    node_plans = tuple(NodePlan(n.name, tuple(gpus[(n.name, g.index)] for g in n.gpus)) for n in result.nodes)
+    return _with(result, node_plans, tuple(assignments))
+
+
+def _at(base: Completions, cache: dict[tuple[int, ...], Completions], want: dict[object, float]) -> Completions:
+    """`base` for `want`, rounded to eighths of a pod so that GPUs in the same spot share memos."""
+    q = tuple(round(want.get(c.key, 0.0) * 8) for c, _ in base.want)
+    hit = cache.get(q)
+    if hit is None:
+        hit = cache[q] = base.with_want({c.key: n / 8 for (c, _), n in zip(base.want, q, strict=True)})
+    return hit
+
+
+def _regroup(
+    gp: GpuPlan, comp: Completions, node: Node, idx: list[int], assignments: list[Assignment], pods: dict[str, Pod]
+) -> GpuPlan:
+    """A reshaped GPU's layout and its pods' instances, chosen for the forecast (or `gp` unchanged)."""
+    model = node.model
+    if not gp.changed or not gp.target.mig_enabled or model is None:
+        return gp
+    reqs: list[tuple[tuple[tuple[str, ...], int], int]] = []
+    for i in idx:
+        a = assignments[i]
+        pod = pods.get(a.pod)
+        if pod is None or pod.units != 1:
+            return gp  # a pod with several instances: which request an instance serves is not one-to-one
+        fits = profiles_for(model, pod.gpu[0])
+        if not fits:
+            return gp
+        reqs.append(((tuple(p.name for p in fits), need_mib(pod.gpu[0], fits[0].memory_mib, pod.need_mib)), i))
+    # exact profiles first, then VRAM requests largest first: smallest-fit is then exact for threshold requests
+    reqs.sort(
+        key=lambda r: (
+            len(r[0][0]) > 1 or pods[assignments[r[1]].pod].gpu[0].kind == "vram",
+            -model.profile(r[0][0][0]).memory_mib,
+            r[0][1],
+            r[1],
+        )
+    )
+    found = comp.regroup(tuple(r for r, _ in reqs))
+    if found is None:
+        return gp
+    layout, got = found
+    for (_, i), profile in zip(reqs, got, strict=True):
+        a = assignments[i]
+        mib = model.profile(profile).memory_mib
+        pod = pods[a.pod]
+        assignments[i] = replace(a, profile=profile, instance_mib=mib, need_mib=need_mib(pod.gpu[0], mib, pod.need_mib))
+    return replace(gp, target=GpuConfig.mig(layout), unusable_mib_after=comp.geo.unusable_mib(layout))
+
+
+def _preshape(gp: GpuPlan, comp: Completions, touched: bool, settings: PlannerSettings) -> GpuPlan:
+    """An idle GPU the plan leaves alone, reshaped toward the forecast when the gain pays for the pause."""
+    best = comp.best(())
+    if best is None or best[0] == gp.current.layout:
+        return gp
+    gain = comp.served_of(best[0]) - comp.served_of(gp.current.layout)
+    need = settings.preshape_min_gain * comp.geo.model.full_profile.memory_mib * (0.5 if touched else 1.0)
+    if gain <= 0 or gain < need:
+        return gp
+    return replace(gp, target=GpuConfig.mig(best[0]), unusable_mib_after=best[1])
+
+
+def _reshapable(node: Node, gpu: Gpu, settings: PlannerSettings) -> bool:
+    """The planner's own rule for reshaping a GPU: MIG on, known to be idle, on a node it may reconfigure."""
+    return (
+        gpu.config.mig_enabled
+        and node.usage_known
+        and gpu.busy is False
+        and not node.frozen_reason
+        and node.labels.get(settings.exclude_label) != "true"
+    )
+
+
+def _with(result: Plan, nodes: tuple[NodePlan, ...], assignments: tuple[Assignment, ...]) -> Plan:
+    """`result` with new node plans and assignments, its summary recomputed from them."""
+    s = result.summary
+    waste = sum(a.waste_mib for a in assignments)
+    unusable = sum(g.unusable_mib_after for n in nodes for g in n.gpus if g.changed)
+    after_delta = sum(g.unusable_mib_after for n in nodes for g in n.gpus) - sum(
+        g.unusable_mib_after for n in result.nodes for g in n.gpus
+    )
+    summary = replace(
+        s,
+        stranded_mib_after=s.stranded_mib_after + after_delta + waste - s.internal_waste_mib,
+        internal_waste_mib=waste,
+        unusable_mib=unusable,
+        gpus_reconfigured=sum(1 for n in nodes for g in n.gpus if g.changed),
+        nodes_reconfigured=sum(1 for n in nodes if n.changed),
+    )
+    ordered = tuple(sorted(assignments, key=lambda a: (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile)))
+    return replace(result, summary=summary, nodes=nodes, assignments=ordered)

@@ -1,0 +1,179 @@
+"""The objective over time: what the free instances of a layout are worth for the demand still to come.
+
+One place for it: the planner's best completions (the layout a reshaped GPU gets around the instances assigned
+to it), its tie-break between free existing instances, and the pre-shaping of idle GPUs all ask `Completions`.
+
+A layout's value is the MiB of forecast demand its free instances can serve (`served`): a GPU's worth of pods
+(`model.max_instances` of them) is drawn in the forecast's proportions (`migctl/core/forecast.py`) and poured
+into the free instances, exact-profile classes first, then VRAM classes largest first, each taking the smallest
+instances that serve it; what lands counts at the class's mean real need. This is FGD's measure (fragmentation
+relative to the workload, Weng et al., ATC'23) turned into MIG instances: memory in an instance no expected pod
+fits, or a small pod in a large instance, is memory the workload cannot use.
+
+How it weighs against unusable MiB (docs/planning.md): for the instances assigned, every layout splits the same
+memory (the full instance's minus what is assigned) into free instances and unusable memory, so the MiB it will
+strand is that constant minus `served`. Maximising `served` is therefore minimising expected stranded MiB over a
+GPU's worth of pods, unusable memory included, with no free weight to tune. Equal values fall back to less
+unusable memory, then larger free instances (sum of squared GiB), then the layout itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from copy import copy
+
+from migctl.core.demand import WHOLE_GPU
+from migctl.core.forecast import DemandClass, ModelForecast
+from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical
+
+Layout = CanonicalLayout
+# usefulness packs (served MiB, squared GiB) into one int, served first
+_SQ_BITS = 24
+
+
+class Completions:
+    """Per model: best completion of each assigned multiset, and what free instances are worth."""
+
+    def __init__(
+        self, geo: ModelGeometry, demand: ModelForecast | None = None, want: Mapping[object, float] | None = None
+    ) -> None:
+        self.geo = geo
+        self.demand = demand
+        # every pod served counts a GPU's memory per pod at most, on top of its need (docs/planning.md)
+        self.pod_mib = geo.model.full_profile.memory_mib / geo.model.max_instances
+        horizon = geo.model.max_instances  # pods drawn from the forecast: a GPU's worth, unless `want` says
+        classes = demand.classes if demand is not None else ()
+        self.want: tuple[tuple[DemandClass, float], ...] = tuple(
+            (c, horizon * c.share if want is None else want.get(c.key, 0.0)) for c in classes
+        )
+        self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
+        self._served: dict[Layout, int] = {}
+        self._regroup: dict[tuple[tuple[tuple[str, ...], int], ...], tuple[Layout, tuple[str, ...]] | None] = {}
+        self._sq = {n: (p.memory_mib // 1024) ** 2 for n, p in geo.profiles.items()}
+        # every valid layout once: as a dict, its unusable MiB, and whether it contains media variants
+        self._layouts = [
+            (lay, dict(lay), geo.unusable_mib(lay), {n for n, _ in lay if geo.profiles[n].attributes})
+            for lay in geo.layouts
+        ]
+
+    def served(self, free: Mapping[str, int]) -> int:
+        """MiB of forecast demand (a GPU's worth of pods) that the free instances `free` can serve."""
+        key = canonical((n, c) for n, c in free.items() if c > 0 and n != WHOLE_GPU)
+        hit = self._served.get(key)
+        if hit is not None:
+            return hit
+        hit = self._served[key] = round(pour(self.want, key, self.pod_mib)[0])
+        return hit
+
+    def served_of(self, layout: Layout) -> int:
+        """`served` of a canonical layout (no copy)."""
+        hit = self._served.get(layout)
+        if hit is None:
+            hit = self._served[layout] = round(pour(self.want, layout, self.pod_mib)[0])
+        return hit
+
+    def with_want(self, want: Mapping[object, float]) -> Completions:
+        """The same model and forecast classes with another demand to serve (pods per class), fresh memos."""
+        other = copy(self)
+        other.want = tuple((c, want.get(c.key, 0.0)) for c, _ in self.want)
+        other._best, other._served, other._regroup = {}, {}, {}
+        return other
+
+    def residual(self, layout: Layout) -> dict[object, float]:
+        """Pods per class of `want` that the instances of `layout` leave unserved."""
+        return pour(self.want, layout, self.pod_mib)[1]
+
+    def usefulness(self, free: Mapping[str, int]) -> int:
+        """Tie-break value of free instances, larger is better: `served`, then squared GiB (larger instances)."""
+        return (self.served(free) << _SQ_BITS) + self._squares(free)
+
+    def _squares(self, free: Mapping[str, int]) -> int:
+        sq = self._sq
+        return sum(sq[n] * c for n, c in free.items() if c > 0 and n != WHOLE_GPU)
+
+    def usefulness_without(self, free: Mapping[str, int], profile: str) -> int:
+        """`usefulness` of `free` once one instance of `profile` is taken from it."""
+        if profile == WHOLE_GPU:
+            return 0
+        rest = dict(free)
+        rest[profile] = rest.get(profile, 0) - 1
+        return self.usefulness(rest)
+
+    def best(self, assigned: Layout) -> tuple[Layout, int, int] | None:
+        """(layout, unusable MiB, usefulness of its free instances) or None when `assigned` cannot exist.
+        The layout serves the most forecast demand with its free instances (module docstring)."""
+        if assigned in self._best:
+            return self._best[assigned]
+        need = dict(assigned)
+        found: tuple[tuple[int, int, int, Layout], Layout, int, int] | None = None
+        for layout, have, unusable, variants in self._layouts:
+            if any(have.get(n, 0) < c for n, c in need.items()):
+                continue  # not a superset
+            extra = Counter({n: c - need.get(n, 0) for n, c in have.items() if c > need.get(n, 0)})
+            if any(n in variants for n in extra):
+                continue  # pads with media variants nobody asked for
+            served, squares = self.served_of(layout), self._squares(extra)
+            rank = (-served, unusable, -squares, layout)
+            if found is None or rank < found[0]:
+                found = (rank, layout, unusable, (served << _SQ_BITS) + squares)
+        result = None if found is None else (found[1], found[2], found[3])
+        self._best[assigned] = result
+        return result
+
+    def regroup(self, reqs: tuple[tuple[tuple[str, ...], int], ...]) -> tuple[Layout, tuple[str, ...]] | None:
+        """The layout and instance per request for a reshaped GPU that must serve `reqs` ((profiles that serve
+        it, smallest first; real need MiB), largest first): every valid layout is tried, each request taking
+        the smallest instance of it that serves it, and the one whose spare instances serve the most forecast
+        demand wins, then the least stranded now (waste + unusable), then larger free instances, then the
+        layout. Expected stranded MiB is the full GPU minus what the pods need minus `served`, so this is the
+        same objective as `best`, with the instances of the pods free to change too."""
+        key = reqs
+        if key in self._regroup:
+            return self._regroup[key]
+        found: tuple[tuple[int, int, int, Layout], Layout, tuple[str, ...]] | None = None
+        for layout, have, unusable, variants in self._layouts:
+            left = dict(have)
+            got: list[str] = []
+            for accepts, _need in reqs:
+                pick = next((n for n in accepts if left.get(n, 0) > 0), None)
+                if pick is None:
+                    break
+                left[pick] -= 1
+                got.append(pick)
+            if len(got) < len(reqs) or any(left.get(n, 0) > 0 for n in variants):
+                continue  # cannot serve them, or pads with media variants nobody asked for
+            mib = self.geo.profiles
+            waste = sum(
+                mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs, strict=True)
+            )
+            rank = (-self.served_of(layout), waste + unusable, -self._squares(left), layout)
+            if found is None or rank < found[0]:
+                found = (rank, layout, tuple(got))
+        result = None if found is None else (found[1], found[2])
+        self._regroup[key] = result
+        return result
+
+
+def pour(
+    want: tuple[tuple[DemandClass, float], ...], instances: Layout, pod_mib: float = 0.0
+) -> tuple[float, dict[object, float]]:
+    """Pour `want` (pods per class, classes in forecast order: exact profiles, then largest first) into the
+    instances, each class taking the smallest that serve it; (MiB of need served, pods per class left)."""
+    left = {n: float(c) for n, c in instances}
+    total = 0.0
+    rest: dict[object, float] = {}
+    for cls, pods in want:
+        todo = pods
+        for name in cls.accepts:
+            have = left.get(name, 0.0)
+            if have <= 0.0:
+                continue
+            take = min(have, todo)
+            left[name] = have - take
+            todo -= take
+            total += take * (pod_mib + cls.need_mib)
+            if todo <= 0.0:
+                break
+        rest[cls.key] = max(0.0, todo)
+    return total, rest
