@@ -27,6 +27,7 @@ from heapq import heapify, heappop, heappush
 from itertools import count
 from operator import attrgetter
 
+from migctl.core import exact
 from migctl.core.bins import Bin, Box, Item
 from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
@@ -846,6 +847,12 @@ class Planner:
         self.repacked = search.repacked
         return self._adopt(unplaced)
 
+    def best_layout(self, model_id: str, assigned: Layout) -> Layout | None:
+        """The best completion of `assigned` on `model_id` (what a GPU serving it is reshaped to)."""
+        comp = self.completions.get(model_id)
+        best = comp.best(assigned) if comp is not None else None
+        return None if best is None else best[0]
+
     @property
     def can_polish(self) -> bool:
         return self._run is not None and not self.evictions and self._tidied
@@ -1245,6 +1252,9 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
     completions: dict[str, _Completions] = {}
     first = Planner(snapshot, settings, shapes=shapes, completions=completions)
     best = first.run()
+    proven = exact.whole(snapshot, first.settings, best, first.best_layout, rank)  # small: optimal, no search
+    if proven is not None:
+        return proven
     maker = first
     placed = {a.pod for a in best.assignments}
     hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}
@@ -1277,7 +1287,7 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
         if rank(polished, snapshot) <= rank(best, snapshot):  # it never ranks worse
             best = polished
     placed = {a.pod for a in best.assignments}
-    if maker.evictions or all(p.key in placed or p.key in hopeless for p in snapshot.pending):
-        return best
-    augmented = maker.augment()
-    return augmented if rank(augmented, snapshot) <= rank(best, snapshot) else best
+    if not (maker.evictions or all(p.key in placed or p.key in hopeless for p in snapshot.pending)):
+        augmented = maker.augment()
+        best = augmented if rank(augmented, snapshot) <= rank(best, snapshot) else best
+    return exact.refine(snapshot, maker.settings, best, maker.best_layout, rank)  # exact neighbourhoods

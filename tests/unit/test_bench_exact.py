@@ -6,8 +6,6 @@ from collections.abc import Callable
 
 import pytest
 
-pytest.importorskip("scipy")
-
 from bench import exact
 from bench.instances import random_instance
 from bench.quality import tiers_of
@@ -17,8 +15,15 @@ from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
 from migctl.core.planner import Planner, plan
+from migctl.core.settings import ExactSettings, PlannerSettings
 
 CATALOG = load_catalog()
+# The heuristic alone: the tests below show what each of its stages finds (the exact solver would find it too).
+HEURISTIC = PlannerSettings(exact=ExactSettings(enabled=False))
+
+
+def heuristic(snap: Snapshot) -> Plan:
+    return plan(snap, HEURISTIC)
 GIB_MIB = 1024
 
 
@@ -130,7 +135,7 @@ def test_exchanges_reach_the_optimal_stranded_memory(seed: int) -> None:
     tidy's exchanges each plan strands exactly the optimum's memory. 3075 (15 pods) needs a pod to take one
     pod's place (without exchanges 128,000 MiB, optimum 87,808); 3042 (6 pods) needs a pod to take the place
     of all pods of a GPU (without that form 62,521 MiB, optimum 56,633)."""
-    got, optimum = _seeded_against_optimum(seed, plan, stranded=True)
+    got, optimum = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == optimum
 
 
@@ -140,7 +145,7 @@ def test_repacking_nodes_reaches_the_optimum_pods_per_priority(seed: int) -> Non
     move, swap or evacuation does. 4055 (9 pods, 2 nodes): two small pods must leave an idle H200 together for
     the free instances of a busy GPU on the same node before a 40 GiB pod fits (without repack 6 pods placed,
     optimum 7). 4576 (30 pods): pods trade places across both nodes (without repack 13 + 3, optimum 13 + 5)."""
-    got, optimum = _seeded_against_optimum(seed, plan)
+    got, optimum = _seeded_against_optimum(seed, heuristic)
     assert got == optimum
 
 
@@ -148,7 +153,7 @@ def test_final_trades_reach_the_optimal_stranded_memory() -> None:
     """Seeded instance (15 pods) whose lowest tier cannot all fit: which of its pods are placed decides the
     stranded memory. With the polish's trades (a left-out pod takes a same-priority pod's place where that
     strands less) the plan strands exactly the optimum's 21,504 MiB (without them, 22,144)."""
-    got, optimum = _seeded_against_optimum(3003, plan, stranded=True)
+    got, optimum = _seeded_against_optimum(3003, heuristic, stranded=True)
     assert got == optimum
 
 
@@ -159,10 +164,10 @@ def test_reshuffling_nodes_reaches_the_optimal_stranded_memory(
     """Seeded instances where no single move or exchange lowers stranded memory, but placing every pod of one
     node, or of two nodes, again at the least stranded memory does: with the polish's reshuffle the plan strands
     exactly the optimum's memory (5003: 136,912 MiB; 5011: 63,124 MiB); without it, `without`."""
-    got, optimum = _seeded_against_optimum(seed, plan, stranded=True)
+    got, optimum = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == optimum
     monkeypatch.setattr(planner_module, "POLISH_RESHUFFLE", 0)
-    got, _ = _seeded_against_optimum(seed, plan, stranded=True)
+    got, _ = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == (*optimum[:-1], without)
 
 
@@ -175,12 +180,12 @@ def test_reshuffle_chooses_which_pods_of_a_tier_are_placed(
     places others instead (5124: one pod, 14 pods in all; 5294: two), keeping the pods per priority and
     reaching the optimal stranded memory (without it, `without`)."""
     snap = random_instance(seed, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
-    with_it = {a.pod for a in plan(snap).assignments}
-    got, optimum = _seeded_against_optimum(seed, plan, stranded=True)
+    with_it = {a.pod for a in heuristic(snap).assignments}
+    got, optimum = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == optimum
     monkeypatch.setattr(planner_module, "POLISH_RESHUFFLE", 0)
-    without_it = {a.pod for a in plan(snap).assignments}
-    got, _ = _seeded_against_optimum(seed, plan, stranded=True)
+    without_it = {a.pod for a in heuristic(snap).assignments}
+    got, _ = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == (*optimum[:-1], without)
     assert with_it != without_it and len(with_it) == len(without_it)
 
@@ -189,7 +194,7 @@ def test_the_ascending_pass_reaches_the_optimum_where_largest_first_does_not() -
     """Seeded instance (three priorities) whose middle tier cannot all fit: taking its smallest pods first
     (`ascending`) reaches the exact optimum's pods per priority; without that pass the plan places one pod of
     the middle tier fewer (and one more of the lowest, which ranks below it)."""
-    got, optimum = _seeded_against_optimum(2019, plan)
+    got, optimum = _seeded_against_optimum(2019, heuristic)
     assert got == optimum
 
 
@@ -197,14 +202,14 @@ def test_the_small_first_pass_reaches_the_optimum_pods_per_priority() -> None:
     """Seeded instance where taking the smallest pods first across priorities, then letting the local search
     claim room back for the higher priority, reaches the exact optimum's pods per priority; without that pass
     two lower-priority pods fewer are placed."""
-    got, optimum = _seeded_against_optimum(2122, plan)
+    got, optimum = _seeded_against_optimum(2122, heuristic)
     assert got == optimum
 
 
 def test_the_balance_ties_pass_reaches_the_optimum_pods_per_priority() -> None:
     """Seeded instance where breaking cost ties by how evenly a node's resources stay used reaches the exact
     optimum's pods per priority; without that pass the middle tier places one pod fewer."""
-    got, optimum = _seeded_against_optimum(2455, plan)
+    got, optimum = _seeded_against_optimum(2455, heuristic)
     assert got == optimum
 
 
@@ -216,9 +221,9 @@ def test_augmenting_chains_reach_the_optimum_pods_per_priority(
     plan places the exact optimum's pods per priority; without it (neither the augment at the end of each pass
     nor the final stage), `fewer` pods fewer of the lowest priority. In 6282 either stage suffices; in 7011 only
     the augment at the end of the passes does."""
-    got, optimum = _seeded_against_optimum(seed, plan)
+    got, optimum = _seeded_against_optimum(seed, heuristic)
     assert got == optimum
     monkeypatch.setattr(planner_module, "PASS_AUGMENT", 0)
     monkeypatch.setattr(planner_module, "AUGMENT_WORK", 0)
-    got, _ = _seeded_against_optimum(seed, plan)
+    got, _ = _seeded_against_optimum(seed, heuristic)
     assert got == (*optimum[:-1], optimum[-1] - fewer)
