@@ -1252,9 +1252,9 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
     completions: dict[str, _Completions] = {}
     first = Planner(snapshot, settings, shapes=shapes, completions=completions)
     best = first.run()
-    proven = exact.whole(snapshot, first.settings, best, first.best_layout, rank)  # small: optimal, no search
-    if proven is not None:
-        return proven
+    exact_plan, proven = exact.whole(snapshot, first.settings, best, first.best_layout, rank)  # small instances
+    if exact_plan is not None and proven:
+        return exact_plan  # optimal on every term: the heuristic's passes could not do better
     maker = first
     placed = {a.pod for a in best.assignments}
     hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}
@@ -1290,4 +1290,4 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
     if not (maker.evictions or all(p.key in placed or p.key in hopeless for p in snapshot.pending)):
         augmented = maker.augment()
         best = augmented if rank(augmented, snapshot) <= rank(best, snapshot) else best
-    return exact.refine(snapshot, maker.settings, best, maker.best_layout, rank)  # exact neighbourhoods
+    return exact.refine(snapshot, maker.settings, best, maker.best_layout, rank, exact_plan)  # exact neighbourhoods

@@ -17,11 +17,12 @@ class ExactSettings(BaseModel):
     whole_max_gpus: int = Field(64, ge=0, description="Solve the whole instance exactly up to this many MIG GPUs.")
     whole_max_pods: int = Field(300, ge=0, description="... and up to this many pending pods.")
     whole_nodes: int = Field(
-        2000, ge=1, description="Branch-and-bound nodes per objective stage of the whole-instance solve."
+        5000, ge=1, description="Branch-and-bound nodes per objective stage of the whole-instance solve."
     )
-    neighbourhoods: int = Field(16, ge=0, description="Sub-problems solved exactly per plan (large neighbourhoods).")
+    neighbourhoods: int = Field(4, ge=0, description="Sub-problems solved exactly per plan (large neighbourhoods).")
     group_nodes: int = Field(2, ge=1, le=16, description="Cluster nodes per sub-problem.")
     neighbourhood_nodes: int = Field(200, ge=1, description="Branch-and-bound nodes per stage of a sub-problem.")
+    left_per_part: int = Field(16, ge=0, description="Left-out pods added to a sub-problem (highest priority first).")
     reach_classes: int = Field(
         64, ge=0, description="Kinds of left-out pod whose reachable nodes seed sub-problems (highest priority first)."
     )
@@ -37,6 +38,7 @@ class ExactSettings(BaseModel):
                 "group_nodes": max(self.group_nodes, 3),
                 "neighbourhood_nodes": max(self.neighbourhood_nodes, 2000),
                 "reach_classes": max(self.reach_classes, 1000),
+                "left_per_part": max(self.left_per_part, 64),
             }
         )
 

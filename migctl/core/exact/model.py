@@ -110,6 +110,7 @@ class Stage:
 
     name: str
     coefs: dict[int, float]
+    bound: float = -math.inf  # no solution does better: a start that reaches it is optimal without a solve
 
 
 @dataclass
@@ -258,15 +259,16 @@ def stages(m: Model) -> list[Stage]:
     out = []
     for tier in sorted({pc.pod.priority for pc in m.classes}, reverse=True):
         js = [j for j, (c, _, _, _) in m.y.items() if m.classes[c].pod.priority == tier]
-        out.append(Stage(f"pods placed, priority {tier}", dict.fromkeys(js, -1.0)))
+        pods = sum(pc.count for pc in m.classes if pc.pod.priority == tier)
+        out.append(Stage(f"pods placed, priority {tier}", dict.fromkeys(js, -1.0), -float(pods)))
     stranded = {j: float(w) for j, (_, _, _, w) in m.y.items() if w}
     stranded.update({j: float(u) for j, (_, _, _, u) in m.z.items() if u})
-    out.append(Stage("stranded MiB", stranded))
+    out.append(Stage("stranded MiB", stranded, 0.0))
     if m.z:
         weight = float(len(m.nodes) + 1)
         disruption = dict.fromkeys(m.z, weight)
         disruption.update(dict.fromkeys(m.touch, 1.0))
-        out.append(Stage("GPUs reconfigured, then nodes touched", disruption))
+        out.append(Stage("GPUs reconfigured, then nodes touched", disruption, 0.0))
     return out
 
 

@@ -116,27 +116,30 @@ def solve(
             if left <= 0:
                 break
             h.setOptionValue("time_limit", left)
-        cost = np.zeros(n)
-        for j, c in stage.coefs.items():
-            cost[j] = c
-        h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
-        if x is not None:
-            sol = highspy.HighsSolution()
-            sol.col_value = list(x)
-            sol.value_valid = True
-            h.setSolution(sol)
-        h.run()
-        status = h.getModelStatus()
-        got = h.getSolution()
-        found = bool(got.value_valid) and len(got.col_value) == n
-        if found:
-            cand = [float(v) for v in got.col_value]
-            if x is None or _value(stage.coefs, cand) <= _value(stage.coefs, x):
-                x = cand
-        if x is None:
-            return None
+        if x is not None and _value(stage.coefs, x) <= stage.bound:
+            proven = True  # the start is as good as any solution can be
+        else:
+            cost = np.zeros(n)
+            for j, c in stage.coefs.items():
+                cost[j] = c
+            h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+            if x is not None:
+                sol = highspy.HighsSolution()
+                sol.col_value = list(x)
+                sol.value_valid = True
+                h.setSolution(sol)
+            h.run()
+            status = h.getModelStatus()
+            got = h.getSolution()
+            found = bool(got.value_valid) and len(got.col_value) == n
+            if found:
+                cand = [float(v) for v in got.col_value]
+                if x is None or _value(stage.coefs, cand) <= _value(stage.coefs, x):
+                    x = cand
+            if x is None:
+                return None
+            proven = status == highspy.HighsModelStatus.kOptimal and found
         value = _value(stage.coefs, x)
-        proven = status == highspy.HighsModelStatus.kOptimal and found
         results.append(StageResult(stage.name, value, proven))
         cols = sorted(stage.coefs)
         h.addRow(-np.inf, value + 0.5, len(cols), np.asarray(cols, dtype=np.int32),

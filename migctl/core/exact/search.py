@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from migctl.core.cluster import Node, Pod, Snapshot
-from migctl.core.demand import profiles_for
+from migctl.core.demand import need_mib, profiles_for
 from migctl.core.exact.decode import Complete, NodeResult, decode, warm_start
-from migctl.core.exact.model import build, in_scope
+from migctl.core.exact.model import build, class_key, in_scope
 from migctl.core.exact.solve import AVAILABLE, solve
+from migctl.core.geometry import geometry
 from migctl.core.migparted import GpuConfig
 from migctl.core.placement import signature, static_misfit
 from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan, Summary, Unplaced
@@ -37,7 +38,7 @@ TRADED = (
 
 @dataclass
 class _State:
-    """The plan being improved: where each pod is, and the targets of the GPUs that change."""
+    """The plan being improved: where each pod is, the pods per node, and the targets of the GPUs that change."""
 
     snapshot: Snapshot
     base: Plan
@@ -45,24 +46,30 @@ class _State:
     targets: dict[tuple[str, int], GpuConfig]
     nodes: dict[str, Node]
     prio: dict[str, int]
+    on_node: dict[str, dict[str, Assignment]]
 
     @classmethod
-    def of(cls, snapshot: Snapshot, base: Plan) -> _State:
+    def of(cls, snapshot: Snapshot, base: Plan, pending: Sequence[Pod]) -> _State:
         targets = {(n.name, g.index): g.target for n in base.nodes for g in n.gpus if g.changed}
+        on_node: dict[str, dict[str, Assignment]] = {}
+        for a in base.assignments:
+            on_node.setdefault(a.node, {})[a.pod] = a
         return cls(
             snapshot,
             base,
             {a.pod: a for a in base.assignments},
             targets,
             {n.name: n for n in snapshot.nodes},
-            {p.key: p.priority for p in snapshot.pending},
+            {p.key: p.priority for p in pending},
+            on_node,
         )
 
     def score(self, names: set[str], pods: Iterable[str], results: Sequence[NodeResult] | None = None) -> tuple:
         """The objective restricted to `names` and `pods` (now, or with `results` on those nodes)."""
         if results is None:
-            served = [a for a in self.where.values() if a.node in names]
-            changed = {k: t for k, t in self.targets.items() if k[0] in names}
+            served = [a for n in names for a in self.on_node.get(n, {}).values()]
+            changed = {(n, g.index): self.targets[(n, g.index)] for n in names for g in self.nodes[n].gpus
+                       if (n, g.index) in self.targets}  # fmt: skip
         else:
             served = [a for r in results for a in r.assignments]
             changed = {(r.name, i): t for r in results for i, t in r.targets.items()}
@@ -72,27 +79,27 @@ class _State:
         for (node, _), t in changed.items():
             model = self.nodes[node].model
             if model is not None and t.mig_enabled:
-                from migctl.core.geometry import geometry
-
                 unusable += geometry(model).unusable_mib(t.layout)
         stranded = sum(a.waste_mib for a in served) + unusable
         return (tuple(-tiers[lv] for lv in levels), stranded, len(changed), len({n for n, _ in changed}))
 
     def apply(self, names: set[str], pods: Iterable[str], results: Sequence[NodeResult]) -> None:
         for key in pods:
-            self.where.pop(key, None)
-        for k in [k for k in self.targets if k[0] in names]:
-            del self.targets[k]
+            a = self.where.pop(key, None)
+            if a is not None:
+                self.on_node[a.node].pop(key, None)
+        for n in names:
+            for g in self.nodes[n].gpus:
+                self.targets.pop((n, g.index), None)
         for r in results:
             for a in r.assignments:
                 self.where[a.pod] = a
+                self.on_node.setdefault(a.node, {})[a.pod] = a
             for i, t in r.targets.items():
                 self.targets[(r.name, i)] = t
 
     def plan(self) -> Plan:
         """The plan of this state: the base plan with its nodes' targets, assignments and reasons updated."""
-        from migctl.core.geometry import geometry
-
         base = self.base
         node_plans = []
         unusable = changed_gpus = after_all = base_after_all = 0
@@ -150,10 +157,10 @@ def _solve_part(
 ) -> tuple[list[NodeResult], bool] | None:
     """An exact solution of `pods` on the nodes `names`, warm-started from the state (None without one)."""
     model = build([state.nodes[n] for n in sorted(names)], pods, settings)
-    keys = {p.key for p in pods}
-    start = warm_start(
-        model, [a for a in state.where.values() if a.pod in keys], {k: t for k, t in state.targets.items() if k[0] in names}
-    )
+    served = [a for n in names for a in state.on_node.get(n, {}).values()]
+    targets = {(n, g.index): state.targets[(n, g.index)] for n in names for g in state.nodes[n].gpus
+               if (n, g.index) in state.targets}  # fmt: skip
+    start = warm_start(model, served, targets)
     sol = solve(model, nodes=nodes, start=start)
     if sol is None:
         return None
@@ -164,8 +171,11 @@ def _eligible(snapshot: Snapshot, base: Plan, cfg: ExactSettings) -> bool:
     return cfg.enabled and AVAILABLE and not base.evictions
 
 
-def whole(snapshot: Snapshot, settings: PlannerSettings, base: Plan, complete: Complete, rank: Rank) -> Plan | None:
-    """The exact plan of the whole instance when it is small enough and every stage is proven optimal."""
+def whole(
+    snapshot: Snapshot, settings: PlannerSettings, base: Plan, complete: Complete, rank: Rank
+) -> tuple[Plan | None, bool]:
+    """The exact plan of the whole instance when it is small enough: (plan, every stage proven optimal). The plan
+    is None when the instance is out of scope or the solver found nothing better than `base`."""
     cfg = settings.exact
     pending = list(snapshot.pending)
     gpus = sum(len(n.gpus) for n in snapshot.nodes if n.model is not None)
@@ -177,33 +187,50 @@ def whole(snapshot: Snapshot, settings: PlannerSettings, base: Plan, complete: C
         or gpus > cfg.whole_max_gpus
         or not all(in_scope(p) for p in pending)
     ):
-        return None
-    state = _State.of(snapshot, base)
+        return None, False
+    state = _State.of(snapshot, base, pending)
     names = {n.name for n in snapshot.nodes if n.model is not None}
     got = _solve_part(state, names, pending, settings, cfg.whole_nodes, complete)
-    if got is None or not got[1]:
-        return None
+    if got is None:
+        return None, False
     keys = [p.key for p in pending]
     if state.score(names, keys, got[0]) <= state.score(names, keys):
         state.apply(names, keys, got[0])
     result = state.plan()
-    return result if rank(result, snapshot) <= rank(base, snapshot) else None
+    if rank(result, snapshot) > rank(base, snapshot):
+        return None, False
+    return result, got[1]
 
 
-def refine(snapshot: Snapshot, settings: PlannerSettings, base: Plan, complete: Complete, rank: Rank) -> Plan:
-    """Large-neighbourhood search with exact sub-solves from the heuristic's plan; never ranks worse."""
+def refine(
+    snapshot: Snapshot,
+    settings: PlannerSettings,
+    base: Plan,
+    complete: Complete,
+    rank: Rank,
+    other: Plan | None = None,
+) -> Plan:
+    """Large-neighbourhood search with exact sub-solves from the better of the heuristic's plan and `other` (the
+    whole-instance solve's plan when it was not proven); never ranks worse than either."""
     cfg = settings.exact
-    if not _eligible(snapshot, base, cfg) or cfg.neighbourhoods == 0 or not snapshot.pending:
+    if other is not None and rank(other, snapshot) < rank(base, snapshot):
+        base = other
+    pending = list(snapshot.pending)
+    if not _eligible(snapshot, base, cfg) or cfg.neighbourhoods == 0 or not pending:
         return base
-    state = _State.of(snapshot, base)
-    pods = {p.key: p for p in snapshot.pending}
+    state = _State.of(snapshot, base, pending)
+    pods = {p.key: p for p in pending}
     # nodes serving a pod the model cannot place (whole GPUs, several instances) are left as they are
     locked = {a.node for a in base.assignments if a.pod in pods and not in_scope(pods[a.pod])}
     mig = sorted(n.name for n in snapshot.nodes if n.model is not None and n.name not in locked)
     if not mig:
         return base
-    left = sorted((p for p in snapshot.pending if in_scope(p) and p.key not in state.where), key=_order)
+    left = sorted((p for p in pending if in_scope(p) and p.key not in state.where), key=_order)
     reach = _reach(left, [state.nodes[n] for n in mig], cfg.reach_classes)
+    near: dict[str, list[Pod]] = {}  # node -> left-out pods that could go there, in order
+    for p in left:
+        for n in reach.get(p.key, ()):
+            near.setdefault(n, []).append(p)
     tried: set[frozenset[str]] = set()
     improved = False
     budget = cfg.neighbourhoods
@@ -213,7 +240,7 @@ def refine(snapshot: Snapshot, settings: PlannerSettings, base: Plan, complete: 
         if group is None:
             break
         tried.add(frozenset(group))
-        part = [p for p in snapshot.pending if _in_part(p, group, state, reach)]
+        part = _part(state, group, near, pods, cfg.left_per_part)
         if not part:
             continue
         budget -= 1
@@ -231,6 +258,27 @@ def refine(snapshot: Snapshot, settings: PlannerSettings, base: Plan, complete: 
     return result if rank(result, snapshot) < rank(base, snapshot) else base
 
 
+def _part(state: _State, group: set[str], near: dict[str, list[Pod]], pods: dict[str, Pod], cap: int) -> list[Pod]:
+    """The pods of a neighbourhood: those the plan puts on its nodes, and up to `cap` left-out pods that could go
+    there, highest priority first, at most four of a kind (interchangeable pods are one choice)."""
+    out = [pods[k] for n in sorted(group) for k in state.on_node.get(n, {}) if k in pods]
+    seen: set[str] = set()
+    kinds: Counter[tuple[object, ...]] = Counter()
+    extra: list[Pod] = []
+    for p in sorted((p for n in group for p in near.get(n, ())), key=_order):
+        if p.key in seen or p.key in state.where:
+            continue
+        seen.add(p.key)
+        kind = class_key(p)
+        if kinds[kind] >= 4:
+            continue
+        kinds[kind] += 1
+        extra.append(p)
+        if len(extra) >= cap:
+            break
+    return out + extra
+
+
 def _order(p: Pod) -> tuple[int, str]:
     return (-p.priority, p.key)
 
@@ -240,32 +288,52 @@ def _reach(left: list[Pod], nodes: list[Node], classes: int) -> dict[str, frozen
     `classes` kinds of left-out pod (by priority); later kinds are not searched for."""
     out: dict[str, frozenset[str]] = {}
     memo: dict[tuple[object, ...], frozenset[str]] = {}
+    static: dict[tuple[object, ...], list[Node]] = {}
+    free = {n.name: n.free for n in nodes}
     for pod in left:
         key = (signature(pod), pod.gpu, pod.requests)
         hit = memo.get(key)
         if hit is None:
             if len(memo) >= classes:
                 continue
-            hit = memo[key] = frozenset(
-                n.name
-                for n in nodes
-                if n.model is not None
-                and static_misfit(pod, n) is None
-                and pod.requests.fits_in(n.free)
-                and profiles_for(n.model, pod.gpu[0])
-            )
+            sig = signature(pod)
+            fits = static.get(sig)
+            if fits is None:
+                fits = static[sig] = [n for n in nodes if static_misfit(pod, n) is None]
+            serves: dict[str, bool] = {}
+            names = []
+            for n in fits:
+                assert n.model is not None
+                ok = serves.get(n.model.id)
+                if ok is None:
+                    ok = serves[n.model.id] = bool(profiles_for(n.model, pod.gpu[0]))
+                if ok and pod.requests.fits_in(free[n.name]):
+                    names.append(n.name)
+            hit = memo[key] = frozenset(names)
         if hit:
             out[pod.key] = hit
     return out
 
 
 def _excess(state: _State, mig: list[str]) -> dict[str, int]:
-    """Memory the plan strands per node (internal waste of its pods, unusable MiB of its changed GPUs)."""
-    from migctl.core.geometry import geometry
-
+    """Memory the plan strands per node above what its pods must strand there: each pod's waste above that of its
+    smallest instance on the node's model, plus the unusable MiB of the node's changed GPUs."""
     out: Counter[str] = Counter({n: 0 for n in mig})
+    least: dict[tuple[object, ...], int] = {}
+    pods = {p.key: p for p in state.snapshot.pending}
     for a in state.where.values():
-        out[a.node] += a.waste_mib
+        model = state.nodes[a.node].model
+        pod = pods[a.pod]
+        if model is None or not in_scope(pod):
+            continue
+        key = (model.id, pod.gpu[0], pod.need_mib)
+        floor = least.get(key)
+        if floor is None:
+            floor = least[key] = min(
+                (p.memory_mib - need_mib(pod.gpu[0], p.memory_mib, pod.need_mib) for p in profiles_for(model, pod.gpu[0])),
+                default=0,
+            )
+        out[a.node] += a.waste_mib - floor
     for (name, _), t in state.targets.items():
         model = state.nodes[name].model
         if model is not None and t.mig_enabled:
@@ -276,28 +344,41 @@ def _excess(state: _State, mig: list[str]) -> dict[str, int]:
 def _groups(
     state: _State, mig: list[str], left: list[Pod], reach: dict[str, frozenset[str]], size: int
 ) -> Iterator[set[str]]:
-    """Neighbourhoods in order: first around each left-out pod that some node could serve, highest priority
-    first (each node of its reach, most stranded memory first, with the others of its reach that strand most),
-    then the nodes that strand the most memory, each with those of its GPU model that strand most. At most
-    eight groups per seed."""
+    """Neighbourhoods, alternating two sources. For objective 1, around each left-out pod that some node could
+    serve, highest priority first: each node of its reach (most stranded memory first) with the others of its
+    reach that strand most. For objective 2, the nodes that strand the most memory, each with those of its GPU
+    model that strand most. At most eight groups per seed."""
     score = _excess(state, mig)
     by_score = sorted(mig, key=lambda n: (-score[n], n))
-    for pod in left:
-        r = reach.get(pod.key)
-        if not r:
-            continue
-        around = sorted(r, key=lambda n: (-score.get(n, 0), n))
-        for seed in around[:8]:
-            yield from _with(seed, [n for n in around if n != seed], size)
-    kinds: dict[str, list[str]] = {}
-    for n in by_score:
-        model = state.nodes[n].model
-        kinds.setdefault(model.id if model else "", []).append(n)
-    for n in by_score:
-        if score[n] == 0:
-            return
-        model = state.nodes[n].model
-        yield from _with(n, [m for m in kinds[model.id if model else ""] if m != n], size)
+
+    def for_pods() -> Iterator[set[str]]:
+        for pod in left:
+            r = reach.get(pod.key)
+            if not r:
+                continue
+            around = sorted(r, key=lambda n: (-score.get(n, 0), n))
+            for seed in around[:8]:
+                yield from _with(seed, [n for n in around if n != seed], size)
+
+    def for_waste() -> Iterator[set[str]]:
+        kinds: dict[str, list[str]] = {}
+        for n in by_score:
+            model = state.nodes[n].model
+            kinds.setdefault(model.id if model else "", []).append(n)
+        for n in by_score:
+            if score[n] == 0:
+                return
+            model = state.nodes[n].model
+            yield from _with(n, [m for m in kinds[model.id if model else ""] if m != n], size)
+
+    sources = [for_pods(), for_waste()]
+    while sources:
+        for src in list(sources):
+            group = next(src, None)
+            if group is None:
+                sources.remove(src)
+            else:
+                yield group
 
 
 def _with(seed: str, partners: list[str], size: int) -> Iterator[set[str]]:
@@ -306,15 +387,3 @@ def _with(seed: str, partners: list[str], size: int) -> Iterator[set[str]]:
         return
     for i in range(min(8, max(1, len(partners) - size + 2))):
         yield {seed, *partners[i : i + size - 1]}
-
-
-def _in_part(pod: Pod, group: set[str], state: _State, reach: dict[str, frozenset[str]]) -> bool:
-    """Whether a pending pod belongs to the neighbourhood: placed on one of its nodes, or left out and able to
-    go there."""
-    if not in_scope(pod):
-        return False
-    a = state.where.get(pod.key)
-    if a is not None:
-        return a.node in group
-    r = reach.get(pod.key)
-    return r is not None and not r.isdisjoint(group)
