@@ -32,7 +32,8 @@ def print_quality(res: dict[str, Any]) -> None:
     p = res["params"]
     print(
         f"\n== Quality: planner vs exact ILP (objectives 1-2) — {p['n_random']} random + {p['n_trace']} trace "
-        f"+ {p.get('n_hard', 0)} hard instances, <= {p['max_gpus']} GPUs, <= {p['max_pods']} pods, exact time limit {p['time_limit_s']:.0f} s"
+        f"+ {p.get('n_hard', 0)} hard instances, <= {p['max_gpus']} GPUs, <= {p['max_pods']} pods, "
+        f"exact time limit {p['time_limit_s']:.0f} s"
     )
     head = f"{'group':<11} {'n':>4} {'solved':>6} {'obj1 =':>7} {'exact =':>8}  {'pods gap mean/p95/max':>22}"
     head += f"  {'stranded gap % (obj1 ties) med/p95/max':>38}  {'plan s mean/max':>15}  {'ILP s med/max':>13}"
@@ -132,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {r.name:<18} {r.gpus:>3} GPUs {r.pods:>3} pods  planner {r.planner_tiers} {r.planner_stranded:>8}"
                 f"  exact {r.exact_tiers} {r.exact_stranded:>8} [{r.status}]  {r.planner_s:.3f}s / {r.exact_s:.2f}s"
-                + (f"  heuristic {r.heuristic_tiers} {r.heuristic_stranded} {r.heuristic_s:.3f}s" if r.heuristic_tiers else "")
+                + (
+                    f"  heuristic {r.heuristic_tiers} {r.heuristic_stranded} {r.heuristic_s:.3f}s"
+                    if r.heuristic_tiers
+                    else ""
+                )
                 + (f"  !! {r.violation}" if r.violation else ""),
                 flush=True,
             )

@@ -24,6 +24,8 @@ HEURISTIC = PlannerSettings(exact=ExactSettings(enabled=False))
 
 def heuristic(snap: Snapshot) -> Plan:
     return plan(snap, HEURISTIC)
+
+
 GIB_MIB = 1024
 
 

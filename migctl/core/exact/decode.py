@@ -86,21 +86,20 @@ def _decode_node(
             free[gpu][prof] -= 1
             serves[gpu][prof] += 1
             demand = pod.gpu[0]
-            assignments.append(
-                Assignment(pod.key, nm.node.name, gpu, prof, mib, need_mib(demand, mib, pod.need_mib))
-            )
+            assignments.append(Assignment(pod.key, nm.node.name, gpu, prof, mib, need_mib(demand, mib, pod.need_mib)))
     targets: dict[int, GpuConfig] = {}
     for i, lay in new.items():
         if not serves[i]:
             continue  # a needless change: the GPU keeps its layout
         best = complete(nm.model.id, canonical(serves[i]))
-        if best is not None and nm.geo.unusable_mib(best) <= nm.geo.unusable_mib(lay):
-            lay = best
-        targets[i] = GpuConfig.mig(lay)
+        keep = best is not None and nm.geo.unusable_mib(best) <= nm.geo.unusable_mib(lay)
+        targets[i] = GpuConfig.mig(best if keep and best is not None else lay)
     return NodeResult(nm.node.name, targets, tuple(assignments))
 
 
-def warm_start(model: Model, assignments: Sequence[Assignment], targets: Mapping[tuple[str, int], GpuConfig]) -> list[int] | None:
+def warm_start(
+    model: Model, assignments: Sequence[Assignment], targets: Mapping[tuple[str, int], GpuConfig]
+) -> list[int] | None:
     """The model's variables for a plan's part on the model's nodes and pods (None when it does not map, which
     would be a disagreement between the model and the planner: the caller then solves without a start)."""
     x = [0] * model.size
@@ -132,7 +131,7 @@ def warm_start(model: Model, assignments: Sequence[Assignment], targets: Mapping
                 sup = [lay for lay in h.layouts if not (have - Counter(dict(lay)))]
                 if not sup:
                     return None
-                lay = min(sup, key=lambda L: (nm.geo.unusable_mib(L), L))
+                lay = min(sup, key=lambda cand: (nm.geo.unusable_mib(cand), cand))
                 x[z_var[(n, h_idx, lay)]] += 1
                 if n in touch_var:
                     x[touch_var[n]] = 1

@@ -113,7 +113,7 @@ class _State:
                 if target != g.target:
                     model = node.model if node is not None else None
                     after = geometry(model).unusable_mib(target.layout) if model and target.mig_enabled else 0
-                    g = GpuPlan(g.index, g.model, g.current, target, g.unusable_mib_before, after)
+                    g = GpuPlan(g.index, g.model, g.current, target, g.unusable_mib_before, after)  # noqa: PLW2901
                 after_all += after
                 if g.changed:
                     unusable += after
@@ -329,9 +329,9 @@ def _excess(state: _State, mig: list[str]) -> dict[str, int]:
         key = (model.id, pod.gpu[0], pod.need_mib)
         floor = least.get(key)
         if floor is None:
+            d = pod.gpu[0]
             floor = least[key] = min(
-                (p.memory_mib - need_mib(pod.gpu[0], p.memory_mib, pod.need_mib) for p in profiles_for(model, pod.gpu[0])),
-                default=0,
+                (p.memory_mib - need_mib(d, p.memory_mib, pod.need_mib) for p in profiles_for(model, d)), default=0
             )
         out[a.node] += a.waste_mib - floor
     for (name, _), t in state.targets.items():

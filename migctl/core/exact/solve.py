@@ -10,8 +10,11 @@ All objective coefficients are integers, so an absolute gap below 1 proves a sta
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from migctl.core.exact.model import Model
 
 try:  # a runtime dependency, but the planner falls back to its heuristic alone without it
     import highspy
@@ -20,8 +23,6 @@ except ImportError:  # pragma: no cover - exercised by a test that hides the mod
     highspy = None
 
 AVAILABLE = highspy is not None
-
-from migctl.core.exact.model import Model
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,6 @@ def solve(
         return None
     if model.size == 0:
         return Solution((), tuple(StageResult(s.name, 0, True) for s in model.stages))
-    import time
-
     t0 = time.perf_counter()
     h = _highs(model, nodes, time_limit)
     x: list[float] | None = None if start is None else [float(v) for v in start]
