@@ -30,6 +30,8 @@ from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan, Summary, Unpla
 from migctl.core.settings import ExactSettings, PlannerSettings
 
 Rank = Callable[[Plan, Snapshot], tuple[object, ...]]
+# (-pods placed per tier, stranded MiB, GPUs changed, nodes changed) of a neighbourhood: smaller is better
+Score = tuple[tuple[int, ...], int, int, int]
 TRADED = (
     "the heuristic placed it, but the exact solver's plan gives its room to pods the objective ranks higher "
     "(a higher priority, or less memory stranded)"
@@ -64,7 +66,7 @@ class _State:
             on_node,
         )
 
-    def score(self, names: set[str], pods: Iterable[str], results: Sequence[NodeResult] | None = None) -> tuple:
+    def score(self, names: set[str], pods: Iterable[str], results: Sequence[NodeResult] | None = None) -> Score:
         """The objective restricted to `names` and `pods` (now, or with `results` on those nodes)."""
         if results is None:
             served = [a for n in names for a in self.on_node.get(n, {}).values()]
@@ -153,7 +155,13 @@ class _State:
 
 
 def _solve_part(
-    state: _State, names: set[str], pods: list[Pod], settings: PlannerSettings, nodes: int, complete: Complete
+    state: _State,
+    names: set[str],
+    pods: list[Pod],
+    settings: PlannerSettings,
+    nodes: int,
+    complete: Complete,
+    presolve: bool = True,
 ) -> tuple[list[NodeResult], bool] | None:
     """An exact solution of `pods` on the nodes `names`, warm-started from the state (None without one)."""
     model = build([state.nodes[n] for n in sorted(names)], pods, settings)
@@ -161,7 +169,7 @@ def _solve_part(
     targets = {(n, g.index): state.targets[(n, g.index)] for n in names for g in state.nodes[n].gpus
                if (n, g.index) in state.targets}  # fmt: skip
     start = warm_start(model, served, targets)
-    sol = solve(model, nodes=nodes, start=start)
+    sol = solve(model, nodes=nodes, start=start, presolve=presolve)
     if sol is None:
         return None
     return decode(model, sol.x, complete), sol.proven
@@ -234,7 +242,8 @@ def refine(
     tried: set[frozenset[str]] = set()
     improved = False
     budget = cfg.neighbourhoods
-    groups = _groups(state, mig, left, reach, cfg.group_nodes)
+    excess = _Excess(state, pods, mig)
+    groups = _groups(state, mig, left, reach, cfg.group_nodes, excess.of)
     while budget > 0:
         group = next((g for g in groups if frozenset(g) not in tried), None)
         if group is None:
@@ -244,14 +253,15 @@ def refine(
         if not part:
             continue
         budget -= 1
-        got = _solve_part(state, group, part, settings, cfg.neighbourhood_nodes, complete)
+        got = _solve_part(state, group, part, settings, cfg.neighbourhood_nodes, complete, presolve=False)
         keys = [p.key for p in part]
         if got is not None and state.score(group, keys, got[0]) < state.score(group, keys):
             state.apply(group, keys, got[0])
             improved = True
             left = [p for p in left if p.key not in state.where]
             tried = {t for t in tried if not t & group} | {frozenset(group)}
-            groups = _groups(state, mig, left, reach, cfg.group_nodes)
+            excess.refresh(group)
+            groups = _groups(state, mig, left, reach, cfg.group_nodes, excess.of)
     if not improved:
         return base
     result = state.plan()
@@ -315,40 +325,54 @@ def _reach(left: list[Pod], nodes: list[Node], classes: int) -> dict[str, frozen
     return out
 
 
-def _excess(state: _State, mig: list[str]) -> dict[str, int]:
+class _Excess:
     """Memory the plan strands per node above what its pods must strand there: each pod's waste above that of its
-    smallest instance on the node's model, plus the unusable MiB of the node's changed GPUs."""
-    out: Counter[str] = Counter({n: 0 for n in mig})
-    least: dict[tuple[object, ...], int] = {}
-    pods = {p.key: p for p in state.snapshot.pending}
-    for a in state.where.values():
-        model = state.nodes[a.node].model
-        pod = pods[a.pod]
-        if model is None or not in_scope(pod):
-            continue
-        key = (model.id, pod.gpu[0], pod.need_mib)
-        floor = least.get(key)
-        if floor is None:
+    smallest instance on the node's model, plus the unusable MiB of the node's changed GPUs. Kept per node and
+    refreshed for the nodes a kept neighbourhood changed."""
+
+    def __init__(self, state: _State, pods: dict[str, Pod], mig: list[str]) -> None:
+        self.state, self.pods = state, pods
+        self.least: dict[tuple[object, ...], int] = {}
+        self.of = {n: self._node(n) for n in mig}
+
+    def refresh(self, names: Iterable[str]) -> None:
+        for n in names:
+            self.of[n] = self._node(n)
+
+    def _node(self, name: str) -> int:
+        state = self.state
+        node = state.nodes[name]
+        model = node.model
+        if model is None:
+            return 0
+        total = 0
+        for a in state.on_node.get(name, {}).values():
+            pod = self.pods[a.pod]
+            if not in_scope(pod):
+                continue
             d = pod.gpu[0]
-            floor = least[key] = min(
-                (p.memory_mib - need_mib(d, p.memory_mib, pod.need_mib) for p in profiles_for(model, d)), default=0
-            )
-        out[a.node] += a.waste_mib - floor
-    for (name, _), t in state.targets.items():
-        model = state.nodes[name].model
-        if model is not None and t.mig_enabled:
-            out[name] += geometry(model).unusable_mib(t.layout)
-    return out
+            key = (model.id, d, pod.need_mib)
+            floor = self.least.get(key)
+            if floor is None:
+                floor = self.least[key] = min(
+                    (p.memory_mib - need_mib(d, p.memory_mib, pod.need_mib) for p in profiles_for(model, d)), default=0
+                )
+            total += a.waste_mib - floor
+        geo = geometry(model)
+        for g in node.gpus:
+            t = state.targets.get((name, g.index))
+            if t is not None and t.mig_enabled:
+                total += geo.unusable_mib(t.layout)
+        return total
 
 
 def _groups(
-    state: _State, mig: list[str], left: list[Pod], reach: dict[str, frozenset[str]], size: int
+    state: _State, mig: list[str], left: list[Pod], reach: dict[str, frozenset[str]], size: int, score: dict[str, int]
 ) -> Iterator[set[str]]:
     """Neighbourhoods, alternating two sources. For objective 1, around each left-out pod that some node could
     serve, highest priority first: each node of its reach (most stranded memory first) with the others of its
     reach that strand most. For objective 2, the nodes that strand the most memory, each with those of its GPU
     model that strand most. At most eight groups per seed."""
-    score = _excess(state, mig)
     by_score = sorted(mig, key=lambda n: (-score[n], n))
 
     def for_pods() -> Iterator[set[str]]:
