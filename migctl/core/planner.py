@@ -1227,6 +1227,10 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     plan's objective 2 (exchanges, and trades among the lowest priority left out); it never places fewer pods of
     any priority. Last, where pods that some GPU could serve are still left out, `Planner.augment` looks for
     such chains once more on that plan.
+
+    The exact solver (`migctl.core.exact`) comes in twice: a small instance is solved whole right after the first
+    pass (a plan proven optimal on every term is returned at once), and the plan kept at the end gets a
+    large-neighbourhood search with exact sub-solves; both within `settings.exact`'s work budget.
     """
     with _collector_paused():
         return _plan(snapshot, settings)

@@ -15,7 +15,7 @@ class ExactSettings(BaseModel):
 
     enabled: bool = Field(True, description="Use the exact solver (HiGHS); off: the heuristic alone.")
     whole_max_gpus: int = Field(64, ge=0, description="Solve the whole instance exactly up to this many MIG GPUs.")
-    whole_max_pods: int = Field(300, ge=0, description="... and up to this many pending pods.")
+    whole_max_pods: int = Field(300, ge=0, description="... and when it has at most this many pending pods.")
     whole_nodes: int = Field(
         5000, ge=1, description="Branch-and-bound nodes per objective stage of the whole-instance solve."
     )

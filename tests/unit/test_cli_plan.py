@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -84,3 +86,22 @@ def test_live_mode_without_credentials_fails_clearly(tmp_path: Path, monkeypatch
     code, _, err = run("plan", "--kubeconfig", str(empty))
     assert code == 2
     assert "credentials" in err or "kubeconfig" in err.lower()
+
+
+def test_thorough_gives_the_exact_solver_a_larger_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--thorough` reaches the planner as `ExactSettings.thorough()` of the configured budget; without it the
+    configured budget plans."""
+    import migctl.cli.plan as plan_cli
+    from migctl.core.settings import ExactSettings
+
+    seen: list[ExactSettings] = []
+    real = plan_cli.make_plan
+
+    def spy(snapshot: Any, settings: Any) -> Any:
+        seen.append(settings.exact)
+        return real(snapshot, settings)
+
+    monkeypatch.setattr(plan_cli, "make_plan", spy)
+    assert run("plan", "--example", "--thorough", "--output", "json")[0] == 0
+    assert run("plan", "--example", "--output", "json")[0] == 0
+    assert seen == [ExactSettings().thorough(), ExactSettings()]
