@@ -1229,7 +1229,7 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     such chains once more on that plan.
 
     The exact solver (`migctl.core.exact`) comes in twice: a small instance is solved whole right after the first
-    pass (a plan proven optimal on every term is returned at once), and the plan kept at the end gets a
+    pass (a plan proven optimal on pods per priority and stranded MiB is returned at once), and the plan kept at the end gets a
     large-neighbourhood search with exact sub-solves; both within `settings.exact`'s work budget.
     """
     with _collector_paused():
@@ -1258,7 +1258,7 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings | None) -> Plan:
     best = first.run()
     exact_plan, proven = exact.whole(snapshot, first.settings, best, first.best_layout, rank)  # small instances
     if exact_plan is not None and proven:
-        return exact_plan  # optimal on every term: the heuristic's passes could not do better
+        return exact_plan  # proven optimal on objectives 1-2: the heuristic's passes could not do better
     maker = first
     placed = {a.pod for a in best.assignments}
     hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}

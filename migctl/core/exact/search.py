@@ -1,7 +1,7 @@
 """Exact solves inside the planner: the whole instance when it is small, else a large-neighbourhood search.
 
-`whole` solves every pending pod on every node exactly and returns the plan only when every stage of the
-objective is proven optimal (the planner then skips its heuristic passes). `refine` starts from the heuristic's
+`whole` solves every pending pod on every node exactly and says whether pods per priority and stranded MiB are
+proven optimal (the planner then skips its heuristic passes). `refine` starts from the heuristic's
 plan and repeatedly solves a neighbourhood exactly: a few nodes where the plan is weakest, with the pods the plan
 puts there and the left-out pods that could go there, everything else fixed. Every term of the objective is a
 sum over nodes and pods, so a neighbourhood that does better on its own nodes and pods makes the whole plan
@@ -162,8 +162,10 @@ def _solve_part(
     nodes: int,
     complete: Complete,
     presolve: bool = True,
+    upto: str = "",
 ) -> tuple[list[NodeResult], bool] | None:
-    """An exact solution of `pods` on the nodes `names`, warm-started from the state (None without one)."""
+    """An exact solution of `pods` on the nodes `names`, warm-started from the state (None without one), and
+    whether its stages up to the one named `upto` (all when empty) are proven optimal."""
     model = build([state.nodes[n] for n in sorted(names)], pods, settings)
     served = [a for n in names for a in state.on_node.get(n, {}).values()]
     targets = {(n, g.index): state.targets[(n, g.index)] for n in names for g in state.nodes[n].gpus
@@ -172,7 +174,9 @@ def _solve_part(
     sol = solve(model, nodes=nodes, start=start, presolve=presolve)
     if sol is None:
         return None
-    return decode(model, sol.x, complete), sol.proven
+    names_ = [s.name for s in sol.stages]
+    upto_stages = sol.stages[: names_.index(upto) + 1] if upto in names_ else sol.stages
+    return decode(model, sol.x, complete), all(s.proven for s in upto_stages)
 
 
 def _eligible(snapshot: Snapshot, base: Plan, cfg: ExactSettings) -> bool:
@@ -182,7 +186,7 @@ def _eligible(snapshot: Snapshot, base: Plan, cfg: ExactSettings) -> bool:
 def whole(
     snapshot: Snapshot, settings: PlannerSettings, base: Plan, complete: Complete, rank: Rank
 ) -> tuple[Plan | None, bool]:
-    """The exact plan of the whole instance when it is small enough: (plan, every stage proven optimal). The plan
+    """The exact plan of the whole instance when it is small enough: (plan, objectives 1-2 proven optimal). The plan
     is None when the instance is out of scope or the solver found nothing better than `base`."""
     cfg = settings.exact
     pending = list(snapshot.pending)
@@ -198,7 +202,7 @@ def whole(
         return None, False
     state = _State.of(snapshot, base, pending)
     names = {n.name for n in snapshot.nodes if n.model is not None}
-    got = _solve_part(state, names, pending, settings, cfg.whole_nodes, complete)
+    got = _solve_part(state, names, pending, settings, cfg.whole_nodes, complete, upto="stranded MiB")
     if got is None:
         return None, False
     keys = [p.key for p in pending]

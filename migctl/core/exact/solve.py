@@ -121,6 +121,7 @@ def solve(
         if x is not None and _value(stage.coefs, x) <= stage.bound:
             proven = True  # the start is as good as any solution can be
         else:
+            h.setOptionValue("mip_max_nodes", max(1, round(nodes * stage.effort)))
             cost = np.zeros(n)
             for j, c in stage.coefs.items():
                 cost[j] = c
