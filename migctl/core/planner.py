@@ -1229,8 +1229,8 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     such chains once more on that plan.
 
     The exact solver (`migctl.core.exact`) comes in twice: a small instance is solved whole right after the first
-    pass (a plan proven optimal on pods per priority and stranded MiB is returned at once), and the plan kept at the end gets a
-    large-neighbourhood search with exact sub-solves; both within `settings.exact`'s work budget.
+    pass (a plan proven optimal on pods per priority and stranded MiB is returned at once), and the plan kept at
+    the end gets a large-neighbourhood search with exact sub-solves; both within `settings.exact`'s work budget.
     """
     with _collector_paused():
         return _plan(snapshot, settings)
