@@ -32,7 +32,8 @@ def print_quality(res: dict[str, Any]) -> None:
     p = res["params"]
     print(
         f"\n== Quality: planner vs exact ILP (objectives 1-2) — {p['n_random']} random + {p['n_trace']} trace "
-        f"instances, <= {p['max_gpus']} GPUs, <= {p['max_pods']} pods, exact time limit {p['time_limit_s']:.0f} s"
+        f"+ {p.get('n_hard', 0)} hard instances, <= {p['max_gpus']} GPUs, <= {p['max_pods']} pods, "
+        f"exact time limit {p['time_limit_s']:.0f} s"
     )
     head = f"{'group':<11} {'n':>4} {'solved':>6} {'obj1 =':>7} {'exact =':>8}  {'pods gap mean/p95/max':>22}"
     head += f"  {'stranded gap % (obj1 ties) med/p95/max':>38}  {'plan s mean/max':>15}  {'ILP s med/max':>13}"
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write all results to this JSON file")
     ap.add_argument("--random", type=int, help="random instances in the quality run (default 100; quick 20)")
     ap.add_argument("--trace", type=int, help="trace-derived instances (default 40; quick 8)")
+    ap.add_argument("--hard", type=int, help="instances of the hard family (default 20; quick 4)")
     ap.add_argument("--time-limit", type=float, help="exact solver time limit per instance, s (default 60)")
     ap.add_argument("--nodes", type=int, help="scale run nodes (default 1000; quick 100)")
     ap.add_argument("--pods", type=int, help="scale run pending pods (default 10000; quick 1000)")
@@ -136,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {r.name:<18} {r.gpus:>3} GPUs {r.pods:>3} pods  planner {r.planner_tiers} {r.planner_stranded:>8}"
                 f"  exact {r.exact_tiers} {r.exact_stranded:>8} [{r.status}]  {r.planner_s:.3f}s / {r.exact_s:.2f}s"
+                + (
+                    f"  heuristic {r.heuristic_tiers} {r.heuristic_stranded} {r.heuristic_s:.3f}s"
+                    if r.heuristic_tiers
+                    else ""
+                )
                 + (f"  !! {r.violation}" if r.violation else ""),
                 flush=True,
             )
@@ -149,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             time_limit=a.time_limit or (20.0 if q else 60.0),
             seed0=a.seed,
             progress=show,
+            n_hard=a.hard if a.hard is not None else (4 if q else 20),
         )
         results["quality"] = res
         print_quality(res)

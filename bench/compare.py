@@ -51,7 +51,8 @@ for line in sys.stdin:
     h = hashlib.sha256()
     for part in (res.assignments, res.nodes, res.unplaced, res.summary, res.evictions):
         h.update(repr(part).encode())
-    print(json.dumps({"name": inst.name, "digest": h.hexdigest()[:16], "s": dt}), flush=True)
+    out = {"name": inst.name, "digest": h.hexdigest()[:16], "s": dt, "objective": list(res.objective())}
+    print(json.dumps(out), flush=True)
 """
 
 
@@ -126,7 +127,11 @@ def _compare(a: argparse.Namespace) -> int:
                 total["old"] += o["s"]
                 total["new"] += n["s"]
                 flag = "same" if o["digest"] == n["digest"] else "DIFFERENT"
-                print(f"  {o['name']:<32} {flag:<9} {o['s']:8.3f} s -> {n['s']:8.3f} s  ({n['s'] / o['s']:.2f}x)")
+                print(
+                    f"  {o['name']:<32} {flag:<9} {o['s']:8.3f} s -> {n['s']:8.3f} s  ({n['s'] / o['s']:.2f}x)"
+                    f"  (placed, stranded MiB) {tuple(o['objective'])} -> {tuple(n['objective'])}",
+                    flush=True,
+                )
             for proc in (old, new):
                 assert proc.stdin is not None
                 proc.stdin.close()

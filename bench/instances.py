@@ -14,6 +14,8 @@ Families
   the adapter sees it), ~5% frozen; pool labels, a `dedicated=training` taint on ~10%; pending pods asking for
   VRAM (70%, a GiB value from a list with values near profile boundaries) or an exact profile (30%, sometimes
   with a `migctl.io/vram` need annotation), 2 or 3 priority levels, some node selectors and tolerations.
+* `hard`: oversubscribed (3-8 pods per GPU, 80% small VRAM requests), node CPU that binds (2-6 cores per GPU),
+  on clusters like `random`'s (`hard_instance`).
 * `openb-frac` (workloads.md W1): single-GPU pods of Alibaba openb `openb_pod_list_default.csv`
   (`num_gpu == 1`); VRAM request = ceil(`gpu_milli`/1000 × memory of the cluster's full-GPU profile), i.e. the same
   fraction of the card; one model per instance (cycling A100-40/A100-80/H100/H200); CPU and RAM requests from
@@ -38,7 +40,7 @@ import os
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -440,6 +442,42 @@ def random_instance(seed: int, catalog: Catalog, max_gpus: int = 64, max_pods: i
         for i in range(n_pods)
     ]
     return Instance(f"random-{seed}", "random", seed, tuple(nodes), tuple(pods))
+
+
+SMALL_GIB = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 18, 20, 24, 30, 40)
+SMALL_WEIGHTS = (8, 8, 7, 9, 7, 6, 8, 9, 4, 6, 3, 3, 2, 2, 1, 1, 1)
+
+
+def hard_instance(seed: int, catalog: Catalog, max_gpus: int = 64, max_pods: int = 300) -> Instance:
+    """`hard`: oversubscribed demand (3-8 pods per GPU, most of them small), node CPU that binds (2-6 cores per
+    GPU against pods asking 1-8 cores), busy GPUs and pools as in `random`. More small pods than instances, and
+    CPU that runs out before GPU memory does: which pods go where, and on which node's CPU, decides the count."""
+    rng = random.Random(10_000 + seed)
+    target = rng.randint(min(8, max_gpus), min(48, max_gpus))
+    nodes = [
+        replace(n, cpu_m=len(n.gpus) * rng.choice((2000, 3000, 4000, 6000)))
+        for n in _nodes(rng, catalog, target, MIXED)
+    ]
+    gpus = sum(len(n.gpus) for n in nodes)
+    levels = rng.choice(((0, 100), (0, 100, 1000)))
+    n_pods = max(1, min(max_pods, round(gpus * rng.uniform(3.0, 8.0))))
+    models = [catalog.model(m) for m in sorted({n.model for n in nodes})]
+    pods = []
+    for i in range(n_pods):
+        prio = rng.choice(levels)
+        cpu = rng.choice((1000, 1000, 2000, 2000, 4000, 8000))
+        mem = rng.choice((2, 4, 8, 16)) * GIB
+        if rng.random() < 0.8:
+            gib = rng.choices(SMALL_GIB, SMALL_WEIGHTS)[0]
+            pod = PodSpec(f"p{i:05d}", prio, "vram", vram_mib=gib * 1024, cpu_m=cpu, memory=mem)
+        else:
+            model = rng.choice(models)
+            small = [p for p in model.base_profiles if p.memory_mib <= 25 * 1024] or list(model.base_profiles)
+            prof = rng.choice(small)
+            need = int(prof.memory_mib * rng.uniform(0.3, 1.0)) if rng.random() < 0.3 else None
+            pod = PodSpec(f"p{i:05d}", prio, "profile", profile=prof.name, need_mib=need, cpu_m=cpu, memory=mem)
+        pods.append(_decorate(rng, replace(pod, created=rng.randrange(86400)), nodes, catalog))
+    return Instance(f"hard-{seed}", "hard", seed, tuple(nodes), tuple(pods))
 
 
 # -- trace-derived ----------------------------------------------------------------------------------------

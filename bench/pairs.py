@@ -103,7 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     catalog = load_catalog()
     made = instances(
-        catalog, params["n_random"], params["n_trace"], params["max_gpus"], params["max_pods"], params["seed0"]
+        catalog,
+        params["n_random"],
+        params["n_trace"],
+        params["max_gpus"],
+        params["max_pods"],
+        params["seed0"],
+        params.get("n_hard", 0),
     )
     by_name = {i.name: i for i in made}
     gained = 0

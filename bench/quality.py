@@ -18,11 +18,21 @@ from typing import Any
 import numpy as np
 
 from bench import exact
-from bench.instances import TRACE_FAMILIES, Instance, random_instance, trace_available, trace_instance
+from bench.instances import (
+    TRACE_FAMILIES,
+    Instance,
+    hard_instance,
+    random_instance,
+    trace_available,
+    trace_instance,
+)
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
 from migctl.core.planner import plan
+from migctl.core.settings import ExactSettings, PlannerSettings
+
+HEURISTIC = PlannerSettings(exact=ExactSettings(enabled=False))
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,10 @@ class Record:
     planner_s: float
     exact_s: float
     violation: str = ""
+    # the heuristic alone (exact solver off), for the `hard` family only: what the exact solver adds
+    heuristic_tiers: tuple[int, ...] = ()
+    heuristic_stranded: int = -1
+    heuristic_s: float = 0.0
 
     @property
     def tiers_match(self) -> bool:
@@ -67,6 +81,13 @@ def compare(inst: Instance, catalog: Catalog, time_limit: float) -> Record:
     p_tiers = tiers_of(snap, {a.pod for a in result.assignments})
     e_tiers = tiers_of(snap, [k for k, _, _ in ex.assignments])
     p_placed, p_stranded = result.objective()
+    h_tiers: tuple[int, ...] = ()
+    h_stranded, h_s = -1, 0.0
+    if inst.family == "hard":
+        t0 = time.perf_counter()
+        alone = plan(snap, HEURISTIC)
+        h_s = time.perf_counter() - t0
+        h_tiers, h_stranded = tiers_of(snap, {a.pod for a in alone.assignments}), alone.objective()[1]
     violation = ""
     if ex.optimal:
         problems = exact.verify(snap, ex)
@@ -93,6 +114,9 @@ def compare(inst: Instance, catalog: Catalog, time_limit: float) -> Record:
         planner_s,
         ex.seconds,
         violation,
+        h_tiers,
+        h_stranded,
+        h_s,
     )
 
 
@@ -132,10 +156,18 @@ def summarize(records: Sequence[Record]) -> dict[str, Any]:
 
 
 def instances(
-    catalog: Catalog, n_random: int, n_trace: int, max_gpus: int = 64, max_pods: int = 300, seed0: int = 0
+    catalog: Catalog,
+    n_random: int,
+    n_trace: int,
+    max_gpus: int = 64,
+    max_pods: int = 300,
+    seed0: int = 0,
+    n_hard: int = 0,
 ) -> list[Instance]:
-    """`n_random` random instances and `n_trace` trace-derived ones (spread over the trace families)."""
+    """`n_random` random instances, `n_trace` trace-derived ones (spread over the trace families) and `n_hard`
+    of the `hard` family."""
     out = [random_instance(seed0 + i, catalog, max_gpus, max_pods) for i in range(n_random)]
+    out += [hard_instance(seed0 + i, catalog, max_gpus, max_pods) for i in range(n_hard)]
     if n_trace and trace_available():
         for i in range(n_trace):
             fam = TRACE_FAMILIES[i % len(TRACE_FAMILIES)]
@@ -151,16 +183,19 @@ def run(
     time_limit: float = 60.0,
     seed0: int = 0,
     progress: Callable[[Record], None] | None = None,
+    n_hard: int = 0,
 ) -> dict[str, Any]:
     catalog = load_catalog()
     records = []
-    for inst in instances(catalog, n_random, n_trace, max_gpus, max_pods, seed0):
+    for inst in instances(catalog, n_random, n_trace, max_gpus, max_pods, seed0, n_hard):
         rec = compare(inst, catalog, time_limit)
         records.append(rec)
         if progress:
             progress(rec)
     groups: dict[str, list[Record]] = {"all": records, "random": [r for r in records if r.family == "random"]}
-    trace = [r for r in records if r.family != "random"]
+    if n_hard:
+        groups["hard"] = [r for r in records if r.family == "hard"]
+    trace = [r for r in records if r.family not in ("random", "hard")]
     if trace:
         groups["trace"] = trace
         for fam in TRACE_FAMILIES:
@@ -169,6 +204,7 @@ def run(
         "params": {
             "n_random": n_random,
             "n_trace": n_trace if trace else 0,
+            "n_hard": n_hard,
             "max_gpus": max_gpus,
             "max_pods": max_pods,
             "time_limit_s": time_limit,

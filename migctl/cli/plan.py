@@ -47,6 +47,7 @@ def example_path() -> Path:
               "then KUBECONFIG or ~/.kube/config).")  # fmt: skip
 @click.option("--context", help="kubeconfig context for the live cluster.")
 @click.option("--all-nodes", is_flag=True, help="Also list GPU nodes the plan leaves unchanged.")
+@click.option("--thorough", is_flag=True, help="Give the exact solver a larger work budget (slower, better plans).")
 @PROFILES_DIR_OPTION
 @OUTPUT_OPTION
 def plan_command(
@@ -59,6 +60,7 @@ def plan_command(
     kubeconfig: Path | None,
     context: str | None,
     all_nodes: bool,
+    thorough: bool,
     profiles_dirs: tuple[Path, ...],
     output: str,
 ) -> None:
@@ -71,6 +73,8 @@ def plan_command(
         overrides["evictions"] = evictions
     if allow_mig_mode_change:
         overrides["allow_mig_mode_change"] = True
+    if thorough:
+        overrides["exact"] = cfg.planner.exact.thorough()
     settings = cfg.planner.model_copy(update=overrides)
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
     if example or snapshot_file:

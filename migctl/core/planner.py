@@ -27,6 +27,7 @@ from heapq import heapify, heappop, heappush
 from itertools import count
 from operator import attrgetter
 
+from migctl.core import exact
 from migctl.core.bins import Bin, Box, Item
 from migctl.core.budget import WorkBudget
 from migctl.core.catalog import GpuModel
@@ -804,6 +805,12 @@ class Planner:
         self.repacked = search.repacked
         return self._adopt(unplaced)
 
+    def best_layout(self, model_id: str, assigned: Layout) -> Layout | None:
+        """The best completion of `assigned` on `model_id` (what a GPU serving it is reshaped to)."""
+        comp = self.completions.get(model_id)
+        best = comp.best(assigned) if comp is not None else None
+        return None if best is None else best[0]
+
     @property
     def can_polish(self) -> bool:
         return self._run is not None and not self.evictions and self._tidied
@@ -1178,6 +1185,10 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     plan's objective 2 (exchanges, and trades among the lowest priority left out); it never places fewer pods of
     any priority. Last, where pods that some GPU could serve are still left out, `Planner.augment` looks for
     such chains once more on that plan.
+
+    The exact solver (`migctl.core.exact`) comes in twice: a small instance is solved whole right after the first
+    pass (a plan proven optimal on pods per priority and stranded MiB is returned at once), and the plan kept at
+    the end gets a large-neighbourhood search with exact sub-solves; both within `settings.exact`'s work budget.
     """
     settings = settings or PlannerSettings()
     with _collector_paused():
@@ -1207,6 +1218,9 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings, budget: WorkBudget, dem
     first = Planner(snapshot, settings, shapes=shapes, completions=completions, demand=demand)
     budget.take()  # the first pass always runs
     best = first.run()
+    exact_plan, proven = exact.whole(snapshot, first.settings, best, first.best_layout, rank)  # small instances
+    if exact_plan is not None and proven:
+        return exact_plan  # proven optimal on objectives 1-2: the heuristic's passes could not do better
     maker = first
     placed = {a.pod for a in best.assignments}
     hopeless = {p.key for p in snapshot.pending if first.pod_kinds.get(p.key, 0) == 0}
@@ -1243,9 +1257,7 @@ def _plan(snapshot: Snapshot, settings: PlannerSettings, budget: WorkBudget, dem
         if rank(polished, snapshot) <= rank(best, snapshot):  # it never ranks worse
             best = polished
     placed = {a.pod for a in best.assignments}
-    if maker.evictions or all(p.key in placed or p.key in hopeless for p in snapshot.pending):
-        return best
-    if not budget.take():
-        return best
-    augmented = maker.augment()
-    return augmented if rank(augmented, snapshot) <= rank(best, snapshot) else best
+    if not (maker.evictions or all(p.key in placed or p.key in hopeless for p in snapshot.pending)) and budget.take():
+        augmented = maker.augment()
+        best = augmented if rank(augmented, snapshot) <= rank(best, snapshot) else best
+    return exact.refine(snapshot, maker.settings, best, maker.best_layout, rank, exact_plan)  # exact neighbourhoods

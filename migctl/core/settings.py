@@ -35,6 +35,42 @@ class ForecastPrior(BaseModel):
     pods: float = Field(8.0, gt=0, description="How many recent pods' worth of evidence the prior counts as.")
 
 
+class ExactSettings(BaseModel):
+    """Work budget of the exact solver inside the planner (docs/planning.md, "Exact solves"). Counted in solver
+    work, not seconds, so the same snapshot always gives the same plan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="Use the exact solver (HiGHS); off: the heuristic alone.")
+    whole_max_gpus: int = Field(64, ge=0, description="Solve the whole instance exactly up to this many MIG GPUs.")
+    whole_max_pods: int = Field(300, ge=0, description="... and when it has at most this many pending pods.")
+    whole_nodes: int = Field(
+        5000, ge=1, description="Branch-and-bound nodes per objective stage of the whole-instance solve."
+    )
+    neighbourhoods: int = Field(4, ge=0, description="Sub-problems solved exactly per plan (large neighbourhoods).")
+    group_nodes: int = Field(2, ge=1, le=16, description="Cluster nodes per sub-problem.")
+    neighbourhood_nodes: int = Field(200, ge=1, description="Branch-and-bound nodes per stage of a sub-problem.")
+    left_per_part: int = Field(16, ge=0, description="Left-out pods added to a sub-problem (highest priority first).")
+    reach_classes: int = Field(
+        64, ge=0, description="Kinds of left-out pod whose reachable nodes seed sub-problems (highest priority first)."
+    )
+
+    def thorough(self) -> ExactSettings:
+        """A larger budget for `migctl plan --thorough`: bigger whole instances, more and larger sub-problems."""
+        return self.model_copy(
+            update={
+                "whole_max_gpus": max(self.whole_max_gpus, 256),
+                "whole_max_pods": max(self.whole_max_pods, 2000),
+                "whole_nodes": max(self.whole_nodes, 50_000),
+                "neighbourhoods": max(self.neighbourhoods, 400),
+                "group_nodes": max(self.group_nodes, 3),
+                "neighbourhood_nodes": max(self.neighbourhood_nodes, 2000),
+                "reach_classes": max(self.reach_classes, 1000),
+                "left_per_part": max(self.left_per_part, 64),
+            }
+        )
+
+
 class PlannerSettings(BaseModel):
     """How the planner trades placement against disruption. Defaults are the safe ones."""
 
@@ -82,6 +118,7 @@ class PlannerSettings(BaseModel):
             "memory (a relabel pauses the whole node; docs/planning.md)."
         ),
     )
+    exact: ExactSettings = Field(default_factory=ExactSettings, description="The exact solver's work budget.")
 
 
 class GpuOperatorSettings(BaseModel):

@@ -6,8 +6,6 @@ from collections.abc import Callable
 
 import pytest
 
-pytest.importorskip("scipy")
-
 from bench import exact
 from bench.instances import random_instance
 from bench.quality import tiers_of
@@ -19,9 +17,17 @@ from migctl.core.forecast import EMPTY
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
 from migctl.core.planner import Planner, _plan, plan
-from migctl.core.settings import PlannerSettings
+from migctl.core.settings import ExactSettings, PlannerSettings
 
 CATALOG = load_catalog()
+# The heuristic alone: the tests below show what each of its stages finds (the exact solver would find it too).
+HEURISTIC = PlannerSettings(exact=ExactSettings(enabled=False))
+
+
+def heuristic(snap: Snapshot) -> Plan:
+    return plan(snap, HEURISTIC)
+
+
 GIB_MIB = 1024
 
 
@@ -107,9 +113,9 @@ def test_planner_never_beats_the_optimum(seed: int) -> None:
 def unforecast(snap: Snapshot) -> Plan:
     """`plan` without a demand forecast: the planner's objective 2 as the exact solver counts it (stranded MiB
     now). With a forecast the spare instances are chosen for the pods to come (docs/planning.md, "Objective
-    over time"), which strands more now by design and moves the counterfactuals these tests pin."""
-    settings = PlannerSettings()
-    return _plan(snap, settings, WorkBudget.for_snapshot(snap, settings), EMPTY)
+    over time"), which strands more now by design and moves the counterfactuals these tests pin. The exact
+    solver is off, as in `heuristic`: these tests pin what each heuristic stage finds."""
+    return _plan(snap, HEURISTIC, WorkBudget.for_snapshot(snap, HEURISTIC), EMPTY)
 
 
 def _seeded_against_optimum(
@@ -153,7 +159,7 @@ def test_repacking_nodes_reaches_the_optimum_pods_per_priority(seed: int) -> Non
     move, swap or evacuation does. 4055 (9 pods, 2 nodes): two small pods must leave an idle H200 together for
     the free instances of a busy GPU on the same node before a 40 GiB pod fits (without repack 6 pods placed,
     optimum 7). 4576 (30 pods): pods trade places across both nodes (without repack 13 + 3, optimum 13 + 5)."""
-    got, optimum = _seeded_against_optimum(seed, plan)
+    got, optimum = _seeded_against_optimum(seed, heuristic)
     assert got == optimum
 
 
@@ -161,7 +167,7 @@ def test_final_trades_reach_the_optimal_stranded_memory() -> None:
     """Seeded instance (15 pods) whose lowest tier cannot all fit: which of its pods are placed decides the
     stranded memory. With the polish's trades (a left-out pod takes a same-priority pod's place where that
     strands less) the plan strands exactly the optimum's 21,504 MiB (without them, 22,144)."""
-    got, optimum = _seeded_against_optimum(3003, plan, stranded=True)
+    got, optimum = _seeded_against_optimum(3003, heuristic, stranded=True)
     assert got == optimum
 
 
@@ -188,12 +194,12 @@ def test_reshuffle_chooses_which_pods_of_a_tier_are_placed(
     places others instead (5124: one pod, 14 pods in all; 5294: two), keeping the pods per priority and
     reaching the optimal stranded memory (without it, `without`)."""
     snap = random_instance(seed, CATALOG, max_gpus=8, max_pods=30).snapshot(CATALOG)
-    with_it = {a.pod for a in plan(snap).assignments}
-    got, optimum = _seeded_against_optimum(seed, plan, stranded=True)
+    with_it = {a.pod for a in heuristic(snap).assignments}
+    got, optimum = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == optimum
     monkeypatch.setattr(planner_module, "POLISH_RESHUFFLE", 0)
-    without_it = {a.pod for a in plan(snap).assignments}
-    got, _ = _seeded_against_optimum(seed, plan, stranded=True)
+    without_it = {a.pod for a in heuristic(snap).assignments}
+    got, _ = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == (*optimum[:-1], without)
     assert with_it != without_it and len(with_it) == len(without_it)
 
@@ -202,7 +208,7 @@ def test_the_ascending_pass_reaches_the_optimum_where_largest_first_does_not() -
     """Seeded instance (three priorities) whose middle tier cannot all fit: taking its smallest pods first
     (`ascending`) reaches the exact optimum's pods per priority; without that pass the plan places one pod of
     the middle tier fewer (and one more of the lowest, which ranks below it)."""
-    got, optimum = _seeded_against_optimum(2019, plan)
+    got, optimum = _seeded_against_optimum(2019, heuristic)
     assert got == optimum
 
 
@@ -210,14 +216,14 @@ def test_the_small_first_pass_reaches_the_optimum_pods_per_priority() -> None:
     """Seeded instance where taking the smallest pods first across priorities, then letting the local search
     claim room back for the higher priority, reaches the exact optimum's pods per priority; without that pass
     two lower-priority pods fewer are placed."""
-    got, optimum = _seeded_against_optimum(2122, plan)
+    got, optimum = _seeded_against_optimum(2122, heuristic)
     assert got == optimum
 
 
 def test_the_balance_ties_pass_reaches_the_optimum_pods_per_priority() -> None:
     """Seeded instance where breaking cost ties by how evenly a node's resources stay used reaches the exact
     optimum's pods per priority; without that pass the middle tier places one pod fewer."""
-    got, optimum = _seeded_against_optimum(2455, plan)
+    got, optimum = _seeded_against_optimum(2455, heuristic)
     assert got == optimum
 
 

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("scipy")
-
 from bench.pairs import best_gain, group_snapshot, main
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot

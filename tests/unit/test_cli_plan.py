@@ -121,3 +121,22 @@ def test_vram_section_rows_show_the_instances_each_pod_holds() -> None:
     for r in rewritten:
         assert sum(r["instances"].values()) >= 1
         assert set(r["instances"]) == {c["profile"] for c in r["containers"]}
+
+
+def test_thorough_gives_the_exact_solver_a_larger_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--thorough` reaches the planner as `ExactSettings.thorough()` of the configured budget; without it the
+    configured budget plans."""
+    import migctl.cli.plan as plan_cli
+    from migctl.core.settings import ExactSettings
+
+    seen: list[ExactSettings] = []
+    real = plan_cli.make_plan
+
+    def spy(snapshot: Any, settings: Any) -> Any:
+        seen.append(settings.exact)
+        return real(snapshot, settings)
+
+    monkeypatch.setattr(plan_cli, "make_plan", spy)
+    assert run("plan", "--example", "--thorough", "--output", "json")[0] == 0
+    assert run("plan", "--example", "--output", "json")[0] == 0
+    assert seen == [ExactSettings().thorough(), ExactSettings()]
