@@ -88,6 +88,8 @@ def test_fault_ends_untainted_with_one_event_and_a_backoff(
         big_pods(core, namespace)
         ann = wait_for("rolled back", lambda: untainted_with_error(core, node), timeout=30)
         assert ann["migctl.io/failures"] == "1" and float(ann["migctl.io/backoff-until"]) > time.time() + 500
+        # the actuator counts the failure right after the write the wait above saw: wait for it, don't race it
+        wait_for("the failure counted", lambda: ctl.metrics.failed.labels(cause)._value.get() >= 1, timeout=10)
         assert ctl.metrics.failed.labels(cause)._value.get() == 1
         reason = "MigctlNeedsAttention" if uncertain else "MigctlRolledBack"
         assert ("migctl.io/layout" in ann) is not uncertain  # uncertain: cleared, so the label says what it is
