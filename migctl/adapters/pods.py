@@ -223,15 +223,5 @@ def placement_from_object(obj: Mapping[str, Any]) -> Pod:
 
 
 def _gpu_index(annotations: Mapping[str, Any]) -> int | None:
-    """The GPU migctl's fallback scheduler chose for the pod (annotation), if any.
-
-    A garbled value counts as unknown rather than rejecting the pod: a rejected running pod would drop out of
-    its node's accounting.
-    """
-    raw = annotations.get(GPU_INDEX_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        return label_values.gpu_index(raw)
-    except ValueError:
-        return None
+    """The GPU migctl's fallback scheduler chose for the pod (annotation), if any."""
+    return label_values.gpu_index_or_none(annotations.get(GPU_INDEX_ANNOTATION))

@@ -30,6 +30,7 @@ from migctl.controller.configmap import MIG_CONFIG
 from migctl.controller.guards import (
     BACKOFF_UNTIL,
     FAILURES,
+    LAST_ATTEMPT,
     LAST_CHANGE,
     LAST_ERROR,
     PHASE,
@@ -125,7 +126,7 @@ class Actuator(RollbackSteps):
             now = f"{self.clock():.3f}"
             annotations = dict.fromkeys(PHASE_ANNOTATIONS)  # clears leftovers of an older change
             annotations.update({PLAN_ID: target.plan_id, PHASE: DRAINING, PHASE_SINCE: now,
-                                TARGET: target.to_json(), "migctl.io/last-attempt": now})  # fmt: skip
+                                TARGET: target.to_json(), LAST_ATTEMPT: now})  # fmt: skip
             return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
 
         self.kube.update_node(name, mutate, what="taint")

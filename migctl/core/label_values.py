@@ -40,3 +40,14 @@ def memory_mib(value: object) -> int:
 def gpu_index(value: object) -> int:
     """A GPU's index on its node (0-based)."""
     return parse_whole(value, MAX_GPUS_PER_NODE - 1, "a GPU index")
+
+
+def gpu_index_or_none(value: object) -> int | None:
+    """The GPU index migctl's fallback scheduler recorded on a pod, or None when absent or garbled: a garbled
+    one counts as unknown rather than rejecting the pod, which would drop out of its node's accounting."""
+    if value is None:
+        return None
+    try:
+        return gpu_index(value)
+    except ValueError:
+        return None

@@ -245,7 +245,7 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
             reason = "runs pods that request nvidia.com GPUs: which GPUs they hold is unknown"
         if units <= 0:
             continue
-        index = _index(raw)
+        index = label_values.gpu_index_or_none(raw)
         if index is not None and index in indices:
             used[index] = used.get(index, 0) + units
         else:
@@ -260,12 +260,3 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
         for g in gpus.gpus
     )
     return VramNode(node, vgpus, unattributed, gpus.source, reason)
-
-
-def _index(raw: object) -> int | None:
-    if raw is None:
-        return None
-    try:
-        return label_values.gpu_index(raw)
-    except ValueError:
-        return None
