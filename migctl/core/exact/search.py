@@ -49,21 +49,25 @@ class _State:
     nodes: dict[str, Node]
     prio: dict[str, int]
     on_node: dict[str, dict[str, Assignment]]
+    fixed: tuple[Assignment, ...] = ()  # pods with several assignments: their nodes are locked, kept as they are
 
     @classmethod
     def of(cls, snapshot: Snapshot, base: Plan, pending: Sequence[Pod]) -> _State:
         targets = {(n.name, g.index): g.target for n in base.nodes for g in n.gpus if g.changed}
+        units = Counter(a.pod for a in base.assignments)
+        single = [a for a in base.assignments if units[a.pod] == 1]
         on_node: dict[str, dict[str, Assignment]] = {}
-        for a in base.assignments:
+        for a in single:
             on_node.setdefault(a.node, {})[a.pod] = a
         return cls(
             snapshot,
             base,
-            {a.pod: a for a in base.assignments},
+            {a.pod: a for a in single},  # keyed by pod: a pod of several units would keep only its last
             targets,
             {n.name: n for n in snapshot.nodes},
             {p.key: p.priority for p in pending},
             on_node,
+            tuple(a for a in base.assignments if units[a.pod] > 1),
         )
 
     def score(self, names: set[str], pods: Iterable[str], results: Sequence[NodeResult] | None = None) -> Score:
@@ -125,11 +129,12 @@ class _State:
         s = base.summary
         running_waste = s.stranded_mib_after - base_after_all - s.internal_waste_mib
         assignments = sorted(
-            self.where.values(), key=lambda a: (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile)
+            (*self.where.values(), *self.fixed),
+            key=lambda a: (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile),
         )
         waste = sum(a.waste_mib for a in assignments)
         reasons = {u.pod: u for u in base.unplaced}
-        for key in {a.pod for a in base.assignments} - self.where.keys():
+        for key in {a.pod for a in base.assignments} - self.where.keys() - {a.pod for a in self.fixed}:
             reasons[key] = Unplaced(key, TRADED)
         for key in self.where:
             reasons.pop(key, None)
