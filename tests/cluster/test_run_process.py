@@ -58,9 +58,13 @@ def test_run_process_starts_leads_and_stops_on_sigterm(
         )
     )
     exe = shutil.which("migctl", path=str(Path(sys.executable).parent)) or "migctl"
+    # Output to a file, not a pipe: nobody reads a pipe until the end, and once the cluster holds the objects of
+    # earlier tests (warnings for each bad one) 64 KiB of logs fill it and block the process mid-start.
+    log_path = tmp_path / "migctl-run.log"
+    log_file = log_path.open("w")
     proc = subprocess.Popen(
         [exe, "run", "--config", str(config), "--kubeconfig", str(control_plane.kubeconfig)],
-        stdout=subprocess.PIPE,
+        stdout=log_file,
         stderr=subprocess.STDOUT,
         text=True,
     )
@@ -76,10 +80,13 @@ def test_run_process_starts_leads_and_stops_on_sigterm(
         )
         assert holder
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(timeout=10)
+        log_file.close()
+    out = log_path.read_text()
     assert proc.returncode == 0, out[-2000:]
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert lines, "expected JSON log lines (controller.log_format: json)"
