@@ -20,8 +20,9 @@ from kubernetes.client.exceptions import ApiException
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 from urllib3.exceptions import HTTPError
 
-from migctl.core.inventory import INVENTORY_ANNOTATION, Inventory
+from migctl.core.inventory import Inventory
 from migctl.errors import MigctlError
+from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
 
 log = logging.getLogger(__name__)
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})

@@ -15,12 +15,13 @@ from typing import Any
 
 from migctl.config import Config
 from migctl.controller import events as ev
-from migctl.controller.configmap import MIG_CONFIG, ConfigMapWriter
+from migctl.controller.configmap import ConfigMapWriter
 from migctl.controller.events import EventSink
-from migctl.controller.guards import PHASE, PHASE_SINCE, PLAN_ID, EvictionLedger
+from migctl.controller.guards import EvictionLedger
 from migctl.controller.kubeapi import KubeApi, Obj, Stopped
 from migctl.controller.metrics import Metrics
 from migctl.controller.nodestate import Target
+from migctl.wire.names import MIG_CONFIG, PHASE, PHASE_SINCE, PLAN_ID
 
 log = logging.getLogger("migctl.controller.actuator")
 Hook = Callable[[str, str], None]  # (node or ConfigMap name, step): tests and failpoints stop the process there

@@ -30,7 +30,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
-from migctl.adapters.objects import MIG_CONFIG, snapshot_from_objects
+from migctl.adapters.objects import snapshot_from_objects
 from migctl.config import Config
 from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target, abandoned
@@ -38,7 +38,7 @@ from migctl.controller.cache import ClusterCache, fingerprint
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.errors import KubeError
 from migctl.controller.events import EventSink
-from migctl.controller.guards import TARGET, BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
+from migctl.controller.guards import BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
 from migctl.controller.kubeapi import KubeApi, Obj, Stopped
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
@@ -47,6 +47,7 @@ from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
 from migctl.core.planner import plan as make_plan
+from migctl.wire.names import MIG_CONFIG, TARGET
 
 log = logging.getLogger(__name__)
 

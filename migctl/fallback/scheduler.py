@@ -21,16 +21,11 @@ from kubernetes.client.exceptions import ApiException
 
 from migctl.core.catalog import Catalog
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import (
-    GPU_INDEX_ANNOTATION,
-    GPU_UUID_ANNOTATION,
-    VISIBLE_DEVICES_ANNOTATION,
-    VramPlacement,
-    fit,
-)
+from migctl.core.vram_fit import VramPlacement, fit
 from migctl.fallback.advertiser import Advertiser
 from migctl.fallback.capacity import fallback_view
 from migctl.fallback.settings import FallbackSettings
+from migctl.wire.values import gpu_placement
 
 log = logging.getLogger(__name__)
 COMPONENT = "migctl-fallback-scheduler"
@@ -102,11 +97,7 @@ class FallbackScheduler:
 
     def _bind(self, p: VramPlacement, uid: str) -> bool:
         namespace, name = p.pod.split("/", 1)
-        annotations = {
-            GPU_INDEX_ANNOTATION: str(p.gpu),
-            GPU_UUID_ANNOTATION: p.uuid or "",
-            VISIBLE_DEVICES_ANNOTATION: p.uuid or str(p.gpu),
-        }
+        annotations = gpu_placement(p.gpu, p.uuid)
         try:
             # One write: the API server sets spec.nodeName and merges these annotations into the pod together.
             binding = client.V1Binding(

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from migctl.adapters.events import event_body
-from migctl.core.vram_request import CHOICE_ANNOTATION
 from migctl.webhook.kube import KubeCallError, NotFound, Obj
+from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
 log = logging.getLogger(__name__)
 COMPONENT = "migctl-webhook"
