@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, Hook, NodeChanged, annotations_of, labels_of, taints_of
-from migctl.controller.kubeapi import Obj
 from migctl.controller.nodechecks import (
     PodView,
     capacity_mismatch,
@@ -103,7 +103,7 @@ def abandoned(state: NodeState, now: float, settings: Any) -> bool:
     if state.problem or state.since is None:
         return True
     grace = settings.poll_interval_s + settings.resync_interval_s + settings.api_timeout_s
-    return now - state.since > phase_timeout(state.phase, settings) + grace
+    return bool(now - state.since > phase_timeout(state.phase, settings) + grace)
 
 
 class Actuator(RollbackSteps):
@@ -167,7 +167,7 @@ class Actuator(RollbackSteps):
         left migctl's node_selector): roll back; no new eviction, no new config. `gone` if the node is deleted;
         `waiting` if `only_if_abandoned` and a live controller may still be driving it (another deployment's
         node_selector may hold it)."""
-        from migctl.controller.errors import NotFoundError
+        from migctl.adapters.kube.errors import NotFoundError
 
         try:
             node = self.kube.read_node(name)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from migctl.controller.errors import ConflictError
-from migctl.controller.kubeapi import KubeApi, Obj
+from migctl.adapters.kube.errors import ConflictError
+from migctl.adapters.kube.interface import ControllerApi, Obj
 from migctl.controller.nodestate import target_configs
 from migctl.core.migparted import (
     CONFIG_PREFIX,
@@ -71,7 +71,7 @@ class ConfigMapWriter:
 
     def __init__(
         self,
-        kube: KubeApi,
+        kube: ControllerApi,
         namespace: str,
         name: str,
         operator: GpuOperatorSettings,

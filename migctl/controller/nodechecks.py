@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from migctl.controller.kubeapi import Obj
+from migctl.adapters.kube.interface import Obj
 from migctl.controller.nodestate import Target
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, NodeChanged, annotations_of, labels_of, taints_of
 from migctl.controller.guards import NodeRecord, failure_backoff
-from migctl.controller.kubeapi import Obj
 from migctl.controller.nodechecks import mig_manager_verdict
 from migctl.controller.nodestate import (
     DRAINING,
