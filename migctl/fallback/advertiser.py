@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from migctl.adapters.kube.interface import FallbackApi
+from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import Catalog
 from migctl.fallback.capacity import node_gpus, node_units
-from migctl.fallback.settings import FallbackSettings
 
 log = logging.getLogger(__name__)
 

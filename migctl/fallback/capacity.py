@@ -20,6 +20,7 @@ from typing import Any
 from migctl.adapters.fields import mapping, maps
 from migctl.adapters.objects import OBJECT_ERRORS, TERMINAL, snapshot_from_objects
 from migctl.adapters.pods import pod_from_object
+from migctl.config.fallback import FallbackSettings
 from migctl.core import label_values
 from migctl.core.catalog import Catalog
 from migctl.core.cluster import Snapshot
@@ -29,7 +30,6 @@ from migctl.core.quantity import MIB, parse_quantity
 from migctl.core.settings import PlannerSettings
 from migctl.core.vram_fit import VramGpu, VramNode, VramPod
 from migctl.errors import InputError
-from migctl.fallback.settings import FallbackSettings
 from migctl.wire.names import GPU_COUNT as GFD_COUNT
 from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION
 from migctl.wire.names import GPU_MEMORY as GFD_MEMORY

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from migctl.adapters.kube.errors import ConflictError, ForbiddenError
 from migctl.adapters.kube.interface import Obj
-from migctl.webhook.settings import WebhookSettings
+from migctl.config.webhook import WebhookSettings
 from migctl.webhook.tls import CertBundle, Clock, ServingContext, renew, service_dns_names, utcnow
 
 log = logging.getLogger(__name__)

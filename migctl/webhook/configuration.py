@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from migctl.config.webhook import WebhookSettings
 from migctl.core.settings import PlannerSettings
-from migctl.webhook.settings import WebhookSettings
 from migctl.wire.names import MIGCTL, PART_OF, WEBHOOK_NAME
 
 

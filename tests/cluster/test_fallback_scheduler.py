@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import load_catalog
 from migctl.core.inventory import GpuInfo, Inventory, MigDevice
 from migctl.fallback.scheduler import FallbackScheduler
-from migctl.fallback.settings import FallbackSettings
 
 from .controlplane import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
 from .waiting import wait_for

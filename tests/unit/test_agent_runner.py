@@ -21,8 +21,8 @@ from migctl.adapters.kube import KubeApi
 from migctl.adapters.nvml import NvmlReader
 from migctl.agent.publisher import Publisher, PublishError
 from migctl.agent.runner import AgentRunner, serve_health
-from migctl.agent.settings import AgentSettings
 from migctl.cli import cli
+from migctl.config.agent import AgentSettings
 from migctl.core.inventory import Inventory
 
 from .fake_nvml import FakeNvml, a100_mig, t4

@@ -16,6 +16,7 @@ import pytest
 from cryptography import x509
 
 from migctl.adapters.kube.errors import ConflictError, NotFoundError
+from migctl.config.webhook import TlsSettings, WebhookSettings
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Taint
 from migctl.core.vram_request import CHOICE_ANNOTATION, ModelOffer, NodeOffer, VramRules
@@ -25,7 +26,6 @@ from migctl.webhook.certs import CertManager, set_ca_bundle
 from migctl.webhook.configuration import webhook_configuration
 from migctl.webhook.events import EventSender
 from migctl.webhook.server import WebhookServer
-from migctl.webhook.settings import TlsSettings, WebhookSettings
 from migctl.webhook.tls import CertBundle, ServingContext, renew, renewal_reason
 
 CATALOG = load_catalog()

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from migctl.adapters.kube.errors import NotFoundError
+from migctl.config.webhook import TlsSettings, WebhookSettings
 from migctl.core.vram_request import CHOICE_ANNOTATION
 from migctl.webhook.configuration import match_conditions, webhook_configuration
 from migctl.webhook.events import EventSender
 from migctl.webhook.server import WebhookServer
-from migctl.webhook.settings import TlsSettings, WebhookSettings
 from migctl.webhook.tls import CertBundle, ServingContext, renew
 
 NOW = dt.datetime.now(dt.UTC)

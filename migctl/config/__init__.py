@@ -17,11 +17,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from migctl.agent.settings import AgentSettings
+from migctl.config.agent import AgentSettings
+from migctl.config.fallback import FallbackSettings
+from migctl.config.webhook import WebhookSettings
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError, from_validation_error
-from migctl.fallback.settings import FallbackSettings
-from migctl.webhook.settings import WebhookSettings
 from migctl.wire import names
 
 ENV_PREFIX = "MIGCTL_"
