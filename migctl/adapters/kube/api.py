@@ -145,7 +145,6 @@ class KubeApi(ApiCalls):
             lambda: self.core.create_namespaced_pod_binding(
                 name, namespace, body, _preload_content=False, _request_timeout=self.timeout_s
             ),
-            retry_conflict=False,
         )
 
     def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
