@@ -20,7 +20,7 @@ from typing import Any
 
 import pynvml
 
-from migctl.agent.nvml import NvmlError, NvmlReader
+from migctl.adapters.nvml import NvmlError, NvmlReader
 from migctl.core.catalog import GpuModel, load_catalog
 
 MIB = 2**20

@@ -20,30 +20,38 @@ from typing import Any
 
 import yaml
 
-from migctl.adapters.fields import item, mapping, maps, short
+from migctl.adapters.fields import mapping, maps, short
 from migctl.adapters.pods import meta_of, pod_from_object, quantity_at
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core import label_values
 from migctl.core.catalog import Catalog, GpuModel
 from migctl.core.cluster import Gpu, Node, Pod, Resources, Snapshot, Taint
 from migctl.core.geometry import geometry
-from migctl.core.inventory import INVENTORY_ANNOTATION, Inventory, parse_inventory
+from migctl.core.inventory import Inventory, parse_inventory
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
-from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
+from migctl.core.naming import profile_from_resource
 from migctl.core.node_ids import gpu_ids, model_by_pci
 from migctl.core.quantity import to_count
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError
+from migctl.wire import layout as layout_codec
+from migctl.wire.names import (
+    FALLBACK_SCHEDULER,
+    MIG_CAPABLE,
+    MIG_CONFIG,
+    MIG_CONFIG_STATE,
+    MIG_MEMORY_SUFFIX,
+    MIG_RESOURCE_PREFIX,
+    WHOLE_GPU_RESOURCE,
+    is_nvidia,
+)
+from migctl.wire.names import GPU_COUNT as GFD_COUNT
+from migctl.wire.names import GPU_MEMORY as GFD_MEMORY
+from migctl.wire.names import GPU_PRODUCT as GFD_PRODUCT
+from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
 
-GFD_PRODUCT = "nvidia.com/gpu.product"
-GFD_COUNT = "nvidia.com/gpu.count"
-GFD_MEMORY = "nvidia.com/gpu.memory"
-MIG_CAPABLE = "nvidia.com/mig.capable"
-MIG_CONFIG = "nvidia.com/mig.config"
-MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 TERMINAL = ("Succeeded", "Failed")
-FALLBACK_SCHEDULER = "migctl"
 
 
 @dataclass
@@ -119,9 +127,9 @@ def _live_model(model: GpuModel, labels: Mapping[str, str], where: str, ctx: _Ct
     memory: dict[str, int] = {}
     total_mib = None
     for key, value in labels.items():
-        if not (key == GFD_MEMORY or (key.startswith("nvidia.com/mig-") and key.endswith(".memory"))):
+        if not (key == GFD_MEMORY or (key.startswith(MIG_RESOURCE_PREFIX) and key.endswith(MIG_MEMORY_SUFFIX))):
             continue
-        profile = profile_from_resource(key[: -len(".memory")]) if key != GFD_MEMORY else None
+        profile = profile_from_resource(key[: -len(MIG_MEMORY_SUFFIX)]) if key != GFD_MEMORY else None
         if key != GFD_MEMORY and not profile:
             continue
         try:
@@ -139,18 +147,12 @@ def _live_model(model: GpuModel, labels: Mapping[str, str], where: str, ctx: _Ct
 
 
 def _layout_from_annotation(raw: str, count: int) -> dict[int, GpuConfig]:
-    data = item(json.loads(raw), "gpus")
-    out: dict[int, GpuConfig] = {}
-    for idx, raw_gpu in mapping(data.get("gpus"), "gpus").items():
-        i = label_values.gpu_index(idx)
-        g = item(raw_gpu, f"gpus[{idx}]")
-        layout = {
-            str(k): label_values.parse_whole(v, 7, "an instance count")
-            for k, v in mapping(g.get("layout"), f"gpus[{idx}].layout").items()
-        }
-        if i < count:
-            out[i] = GpuConfig.mig(layout) if g.get("mig", True) else GpuConfig.disabled()
-    return out
+    """The GPUs of `migctl.io/layout` (the wire's codec) that this node has."""
+    return {
+        i: GpuConfig.mig(g.layout) if g.mig else GpuConfig.disabled()
+        for i, g in layout_codec.decode(raw).items()
+        if i < count
+    }
 
 
 def _extended(resource: str, value: Decimal) -> int:
@@ -211,7 +213,7 @@ def _node(
         extended = {
             str(k): _extended(str(k), quantity_at(v, f"status.allocatable[{k}]"))
             for k, v in alloc.items()
-            if str(k).startswith("nvidia.com/") or k == ctx.settings.vram_resource
+            if is_nvidia(str(k)) or k == ctx.settings.vram_resource
         }
         taints = tuple(
             Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
@@ -226,7 +228,7 @@ def _node(
     if model is None:
         model = model_by_pci(ctx.catalog, inventory)
     card = ctx.catalog.match_card(product) if product and model is None else None
-    has_gpu_resources = any(k.startswith("nvidia.com/mig-") or k == WHOLE_GPU_RESOURCE for k in extended)
+    has_gpu_resources = any(k.startswith(MIG_RESOURCE_PREFIX) or k == WHOLE_GPU_RESOURCE for k in extended)
     if product and model is None and card is None:
         ctx.warn(
             where,

@@ -19,10 +19,11 @@ from migctl.core import label_values
 from migctl.core.cluster import GpuDemand, Pod, Requirement, Resources, Term, Toleration
 from migctl.core.demand import effective_requests, shared_instances
 from migctl.core.label_values import MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_POD
-from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource
+from migctl.core.naming import profile_from_resource
 from migctl.core.quantity import MIB, parse_quantity, to_count
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler before binding
+from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler
+from migctl.wire.names import WHOLE_GPU_RESOURCE, is_nvidia
 
 _COUNTED = ("cpu", "memory", "pods")
 _INT = re.compile(r"^-?[0-9]{1,10}$")
@@ -58,7 +59,7 @@ def _container_requests(
         try:
             out[str(k)] = quantity_at(v, f"{where}.resources[{k}]")
         except ValueError as e:
-            if lenient is None or str(k) in (*_COUNTED, gpu_resource) or str(k).startswith("nvidia.com/"):
+            if lenient is None or str(k) in (*_COUNTED, gpu_resource) or is_nvidia(str(k)):
                 raise
             lenient.append(f"{e}; ignored (not a resource GPU planning counts)")
     return out

@@ -16,7 +16,7 @@ from typing import Protocol
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 
-from migctl.agent.settings import AgentSettings
+from migctl.config.agent import AgentSettings
 from migctl.core.inventory import Inventory
 from migctl.errors import MigctlError
 

@@ -37,7 +37,7 @@ def agent_command(
 
     NVML is only queried, never changed. `migctl agent --once --print` is safe on any GPU machine.
     """
-    from migctl.agent.nvml import NvmlError, NvmlReader
+    from migctl.adapters.nvml import NvmlError, NvmlReader
     from migctl.agent.runner import AgentRunner, serve_health
 
     settings = load_config(config_file).agent
@@ -54,17 +54,15 @@ def agent_command(
 
     sink = None
     if not print_only:
-        from migctl.adapters.kube import api_client
+        from migctl.adapters.kube import KubeApi, api_client
         from migctl.agent.publisher import Publisher
         from migctl.cli.output import fail
 
         name = node or os.environ.get(settings.node_name_env, "")
         if not name:
             fail(f"no node name: pass --node or set {settings.node_name_env} (downward API spec.nodeName)")
-        from kubernetes import client
-
-        core = client.CoreV1Api(api_client(str(kubeconfig) if kubeconfig else None, context))
-        sink = Publisher(core, name, settings.annotation)
+        kube = KubeApi(api_client(str(kubeconfig) if kubeconfig else None, context), attempts=5, max_wait_s=10.0)
+        sink = Publisher(kube, name, settings.annotation)
 
     def show(inventory: Inventory) -> None:
         if print_only:

@@ -12,6 +12,7 @@ from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
+from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Pod, Snapshot
 from migctl.core.forecast import forecast
@@ -21,7 +22,6 @@ from migctl.core.plan import Plan
 from migctl.core.planner import plan as make_plan
 from migctl.core.settings import PlannerSettings
 from migctl.errors import MigctlError
-from migctl.fallback.settings import FallbackSettings
 
 EXAMPLE = "cluster-snapshot.yaml"
 
@@ -224,9 +224,9 @@ def vram_requests_section(
     not applied (the pod annotation is).
     """
     from migctl.adapters.pods import placement_from_object
+    from migctl.config.webhook import WebhookSettings
     from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
     from migctl.core.vram_request import asks_for_vram, decide
-    from migctl.webhook.settings import WebhookSettings
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)

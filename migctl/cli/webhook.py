@@ -11,7 +11,7 @@ import click
 from migctl.cli.output import stop_on_signals
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import Config, load_config
-from migctl.webhook.settings import WebhookSettings
+from migctl.config.webhook import WebhookSettings
 
 
 @click.command("webhook")

@@ -1,7 +1,7 @@
 """The controller behind `migctl run`: watches the cluster, plans, and reconfigures nodes one at a time, safely.
 
-Modules by purpose: `errors` (API errors -> retryable or not), `kubeapi` (client calls with bounded retries),
-`cache` (watched nodes/pods/ConfigMaps), `leader` (Lease election), `guards` (pure guard-rail decisions),
+Modules by purpose: `leader` (Lease election), `guards` (pure guard-rail decisions),
 `actuator` (the resumable per-node state machine), `configmap` (migctl's mig-parted ConfigMap), `events`,
-`metrics`, `loop` (the scheduler that ties them together). docs/operations.md describes the behaviour.
+`metrics`, `loop` (the scheduler that ties them together). The API calls, their errors and the watched cache
+are the Kubernetes adapter's (`migctl.adapters.kube`). docs/operations.md describes the behaviour.
 """

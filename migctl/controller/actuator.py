@@ -20,27 +20,13 @@ dry-run controller finding an abandoned node all end in rollback.py's rollback o
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
+from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, Hook, NodeChanged, annotations_of, labels_of, taints_of
-from migctl.controller.configmap import MIG_CONFIG
-from migctl.controller.guards import (
-    BACKOFF_UNTIL,
-    FAILURES,
-    LAST_ATTEMPT,
-    LAST_CHANGE,
-    LAST_ERROR,
-    PHASE,
-    PHASE_SINCE,
-    PLAN_ID,
-    TARGET,
-)
-from migctl.controller.kubeapi import Obj
 from migctl.controller.nodechecks import (
-    MIG_STATE,
     PodView,
     capacity_mismatch,
     classify_pods,
@@ -53,7 +39,6 @@ from migctl.controller.nodestate import (
     DRAINING,
     PHASE_ANNOTATIONS,
     PHASES,
-    ROLLBACK,
     ROLLING_BACK,
     VERIFYING,
     NodeState,
@@ -61,8 +46,24 @@ from migctl.controller.nodestate import (
     Target,
     layout_json,
     read_state,
+    wire_layouts,
 )
 from migctl.controller.rollback import RollbackSteps
+from migctl.wire import layout as layout_codec
+from migctl.wire.names import (
+    BACKOFF_UNTIL,
+    FAILURES,
+    LAST_ATTEMPT,
+    LAST_CHANGE,
+    LAST_ERROR,
+    MIG_CONFIG,
+    MIG_CONFIG_STATE,
+    PHASE,
+    PHASE_SINCE,
+    PLAN_ID,
+    ROLLBACK,
+    TARGET,
+)
 
 __all__ = [
     "APPLYING", "DRAINING", "PHASES", "PHASE_ANNOTATIONS", "ROLLBACK", "ROLLING_BACK", "STEPS", "VERIFYING",
@@ -102,7 +103,7 @@ def abandoned(state: NodeState, now: float, settings: Any) -> bool:
     if state.problem or state.since is None:
         return True
     grace = settings.poll_interval_s + settings.resync_interval_s + settings.api_timeout_s
-    return now - state.since > phase_timeout(state.phase, settings) + grace
+    return bool(now - state.since > phase_timeout(state.phase, settings) + grace)
 
 
 class Actuator(RollbackSteps):
@@ -166,7 +167,7 @@ class Actuator(RollbackSteps):
         left migctl's node_selector): roll back; no new eviction, no new config. `gone` if the node is deleted;
         `waiting` if `only_if_abandoned` and a live controller may still be driving it (another deployment's
         node_selector may hold it)."""
-        from migctl.controller.errors import NotFoundError
+        from migctl.adapters.kube.errors import NotFoundError
 
         try:
             node = self.kube.read_node(name)
@@ -250,7 +251,7 @@ class Actuator(RollbackSteps):
             self._log(target, name, "toggling %s to re-trigger mig-manager", MIG_CONFIG)
             self.kube.patch_node(name, {"metadata": {"labels": {MIG_CONFIG: None}}}, "toggle label")
             self._step(name, "label-toggled")
-        self._set_phase(name, target, APPLYING, {"labels": {MIG_CONFIG: target.config, MIG_STATE: None}})
+        self._set_phase(name, target, APPLYING, {"labels": {MIG_CONFIG: target.config, MIG_CONFIG_STATE: None}})
         self._step(name, "labelled")
         return self._wait(name, target, self.clock())
 
@@ -274,10 +275,10 @@ class Actuator(RollbackSteps):
             if verdict == "relabel":
                 return self._relabelled(name, target, node, APPLYING)
             if verdict == "failed":
-                why = f"mig-manager reported {MIG_STATE}=failed"
+                why = f"mig-manager reported {MIG_CONFIG_STATE}=failed"
                 return self._rollback(name, target, Rollback(why, "mig-manager-failed", relabel=True))
             if verdict == "timeout":
-                state = labels_of(node).get(MIG_STATE, "<none>")
+                state = labels_of(node).get(MIG_CONFIG_STATE, "<none>")
                 why = f"no success from mig-manager within {timeout:.0f} s (state {state})"
                 return self._rollback(name, target, Rollback(why, "mig-manager-timeout", relabel=True))
             self._sleep()
@@ -299,7 +300,7 @@ class Actuator(RollbackSteps):
         return self._finish(name, target)
 
     def _finish(self, name: str, target: Target) -> str:
-        layout = json.dumps({"gpus": layout_json(target.gpus), "config": target.config}, sort_keys=True)
+        layout = layout_codec.encode(wire_layouts(target.gpus), target.config)
 
         def mutate(node: Obj) -> Obj | None:
             current = annotations_of(node)

@@ -13,14 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from migctl.adapters.kube.calls import Stopped
+from migctl.adapters.kube.interface import ControllerApi, Obj
 from migctl.config import Config
 from migctl.controller import events as ev
-from migctl.controller.configmap import MIG_CONFIG, ConfigMapWriter
+from migctl.controller.configmap import ConfigMapWriter
 from migctl.controller.events import EventSink
-from migctl.controller.guards import PHASE, PHASE_SINCE, PLAN_ID, EvictionLedger
-from migctl.controller.kubeapi import KubeApi, Obj, Stopped
+from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
 from migctl.controller.nodestate import Target
+from migctl.wire.names import MIG_CONFIG, PHASE, PHASE_SINCE, PLAN_ID
 
 log = logging.getLogger("migctl.controller.actuator")
 Hook = Callable[[str, str], None]  # (node or ConfigMap name, step): tests and failpoints stop the process there
@@ -46,7 +48,7 @@ def taints_of(node: Obj) -> list[Obj]:
 class ActuatorBase:
     """The shared state of one actuator (one instance serves many nodes, one worker thread each)."""
 
-    kube: KubeApi
+    kube: ControllerApi
     config: Config
     configmaps: ConfigMapWriter
     events: EventSink

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from migctl.controller.errors import ConflictError
-from migctl.controller.kubeapi import KubeApi, Obj
+from migctl.adapters.kube.errors import ConflictError
+from migctl.adapters.kube.interface import ControllerApi, Obj
 from migctl.controller.nodestate import target_configs
 from migctl.core.migparted import (
     CONFIG_PREFIX,
@@ -33,9 +33,9 @@ from migctl.core.migparted import (
 from migctl.core.migparted_rules import format_version, name_problem
 from migctl.core.settings import GpuOperatorSettings
 from migctl.errors import InputError
+from migctl.wire.names import MANAGED_BY, MIG_CONFIG, MIGCTL
 
 log = logging.getLogger(__name__)
-MIG_CONFIG = "nvidia.com/mig.config"
 ALL_DISABLED = "all-disabled"
 
 
@@ -71,7 +71,7 @@ class ConfigMapWriter:
 
     def __init__(
         self,
-        kube: KubeApi,
+        kube: ControllerApi,
         namespace: str,
         name: str,
         operator: GpuOperatorSettings,
@@ -142,7 +142,7 @@ class ConfigMapWriter:
             "metadata": {
                 "name": self.name,
                 "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "migctl"},
+                "labels": {MANAGED_BY: MIGCTL},
             },
             "data": {self.key: config.to_yaml()},
         }

@@ -16,17 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from migctl.config import ControllerSettings
-
-ANN_PREFIX = "migctl.io/"
-PLAN_ID = ANN_PREFIX + "plan-id"
-PHASE = ANN_PREFIX + "phase"
-PHASE_SINCE = ANN_PREFIX + "phase-since"
-TARGET = ANN_PREFIX + "target"
-LAST_ATTEMPT = ANN_PREFIX + "last-attempt"
-LAST_CHANGE = ANN_PREFIX + "last-change"
-BACKOFF_UNTIL = ANN_PREFIX + "backoff-until"
-FAILURES = ANN_PREFIX + "failures"
-LAST_ERROR = ANN_PREFIX + "last-error"
+from migctl.wire.names import BACKOFF_UNTIL, FAILURES, LAST_ATTEMPT, LAST_CHANGE, PHASE
 
 
 def _float(value: object) -> float | None:

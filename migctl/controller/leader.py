@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from migctl.adapters.kube.errors import KubeError
+from migctl.adapters.kube.interface import ControllerApi, Obj
 from migctl.config import LeaderElectionSettings
-from migctl.controller.errors import KubeError
-from migctl.controller.kubeapi import KubeApi, Obj
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def _micro_time() -> str:
 class LeaderElector:
     def __init__(
         self,
-        kube: KubeApi,
+        kube: ControllerApi,
         settings: LeaderElectionSettings,
         identity: str,
         on_started: Callable[[], None],

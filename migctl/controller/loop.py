@@ -28,18 +28,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from kubernetes import client
 
-from migctl.adapters.objects import MIG_CONFIG, snapshot_from_objects
+from migctl.adapters.kube import ApiClient, KubeApi, Obj, Stopped
+from migctl.adapters.kube.cache import ClusterCache, fingerprint
+from migctl.adapters.kube.errors import KubeError
+from migctl.adapters.objects import snapshot_from_objects
 from migctl.config import Config
 from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target, abandoned
-from migctl.controller.cache import ClusterCache, fingerprint
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
-from migctl.controller.errors import KubeError
 from migctl.controller.events import EventSink
-from migctl.controller.guards import TARGET, BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
-from migctl.controller.kubeapi import KubeApi, Obj, Stopped
+from migctl.controller.guards import BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, UnreadableError, read_state
@@ -47,6 +46,7 @@ from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
 from migctl.core.planner import plan as make_plan
+from migctl.wire.names import MIG_CONFIG, TARGET
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Controller:
     def __init__(
         self,
         config: Config,
-        api_client: client.ApiClient,
+        api_client: ApiClient,
         *,
         catalog: Catalog | None = None,
         identity: str | None = None,

@@ -9,15 +9,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from migctl.controller.configmap import MIG_CONFIG
-from migctl.controller.kubeapi import Obj
+from migctl.adapters.kube.interface import Obj
 from migctl.controller.nodestate import Target
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig
-from migctl.core.naming import WHOLE_GPU_RESOURCE, profile_from_resource, resource_name
+from migctl.core.naming import profile_from_resource, resource_name
 from migctl.core.quantity import parse_quantity, to_count
-
-MIG_STATE = "nvidia.com/mig.config.state"
+from migctl.wire.names import MIG_CONFIG, MIG_CONFIG_STATE, WHOLE_GPU_RESOURCE, is_nvidia
 
 
 def _count(value: object) -> int | None:
@@ -35,7 +33,7 @@ def mig_manager_verdict(labels: Mapping[str, str], config: str, elapsed: float, 
     afterwards is mig-manager's answer to *this* config, not a leftover from the previous one."""
     if labels.get(MIG_CONFIG) != config:
         return "relabel"
-    state = labels.get(MIG_STATE, "")
+    state = labels.get(MIG_CONFIG_STATE, "")
     if state == "success":
         return "success"
     if state == "failed":
@@ -101,7 +99,7 @@ def classify_pods(pods: Iterable[Obj], vram_resource: str) -> list[PodView]:
             res = c.get("resources") or {}
             for part in (res.get("limits") or {}, res.get("requests") or {}):
                 for k, v in part.items():
-                    if (k.startswith("nvidia.com/") or k == vram_resource) and str(v) not in ("0", ""):
+                    if (is_nvidia(k) or k == vram_resource) and str(v) not in ("0", ""):
                         gpu = True
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         out.append(PodView(key, str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")), gpu))

@@ -20,10 +20,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from migctl.controller.guards import PHASE, PHASE_SINCE, PLAN_ID, TARGET
 from migctl.core.migparted import GpuConfig
+from migctl.wire import layout
+from migctl.wire.layout import GpuLayout
+from migctl.wire.names import PHASE, PHASE_SINCE, PLAN_ID, ROLLBACK, TARGET
 
-ROLLBACK = "migctl.io/rollback"
 DRAINING, APPLYING, VERIFYING, ROLLING_BACK = "draining", "applying", "verifying", "rolling-back"
 PHASES = (DRAINING, APPLYING, VERIFYING, ROLLING_BACK)
 PHASE_ANNOTATIONS = (PLAN_ID, PHASE, PHASE_SINCE, TARGET, ROLLBACK)
@@ -35,9 +36,14 @@ _MAX_SHOWN = 80
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 
 
+def wire_layouts(gpus: Mapping[int, GpuConfig]) -> dict[int, GpuLayout]:
+    """GPU configs as the wire's layout records (`migctl.wire.layout`)."""
+    return {i: GpuLayout(g.mig_enabled, dict(g.layout)) for i, g in gpus.items()}
+
+
 def layout_json(gpus: Mapping[int, GpuConfig]) -> dict[str, Any]:
-    """The `migctl.io/layout` format the adapter reads: {"0": {"mig": true, "layout": {"1g.10gb": 7}}, ...}."""
-    return {str(i): {"mig": g.mig_enabled, "layout": dict(g.layout)} for i, g in sorted(gpus.items())}
+    """The per-GPU part of `migctl.io/layout` and `migctl.io/target`: {"0": {"mig": true, "layout": {...}}, ...}."""
+    return layout.gpus_doc(wire_layouts(gpus))
 
 
 class _Doc(BaseModel):

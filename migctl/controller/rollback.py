@@ -13,22 +13,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, NodeChanged, annotations_of, labels_of, taints_of
-from migctl.controller.configmap import MIG_CONFIG
-from migctl.controller.guards import BACKOFF_UNTIL, FAILURES, LAST_ERROR, PLAN_ID, NodeRecord, failure_backoff
-from migctl.controller.kubeapi import Obj
-from migctl.controller.nodechecks import MIG_STATE, mig_manager_verdict
+from migctl.controller.guards import NodeRecord, failure_backoff
+from migctl.controller.nodechecks import mig_manager_verdict
 from migctl.controller.nodestate import (
     DRAINING,
     PHASE_ANNOTATIONS,
-    ROLLBACK,
     ROLLING_BACK,
     NodeState,
     Rollback,
     Target,
     raw_phase_annotations,
 )
+from migctl.wire.names import BACKOFF_UNTIL, FAILURES, LAST_ERROR, MIG_CONFIG, MIG_CONFIG_STATE, PLAN_ID, ROLLBACK
 
 
 class RollbackSteps(ActuatorBase):
@@ -58,7 +57,7 @@ class RollbackSteps(ActuatorBase):
                         rb.uncertain = True
                         rb.reason += f"; {MIG_CONFIG} is now {label!r}, set by someone else: left as is"
                         break
-                    patch = {"metadata": {"labels": {MIG_CONFIG: previous, MIG_STATE: None}}}
+                    patch = {"metadata": {"labels": {MIG_CONFIG: previous, MIG_CONFIG_STATE: None}}}
                     self.kube.patch_node(name, patch, "relabel previous")
                     self._step(name, "rollback-relabelled")
                     continue
@@ -71,7 +70,7 @@ class RollbackSteps(ActuatorBase):
                     rb.uncertain = True
                     rb.reason += (
                         f"; the rollback to {previous} {'failed too' if verdict == 'failed' else 'timed out'} "
-                        f"({MIG_STATE}={labels_of(node).get(MIG_STATE, '<none>')})"
+                        f"({MIG_CONFIG_STATE}={labels_of(node).get(MIG_CONFIG_STATE, '<none>')})"
                     )
                     break
                 self._sleep()
@@ -128,7 +127,7 @@ class RollbackSteps(ActuatorBase):
             ev.node_ref(name),
             ev.NEEDS_ATTENTION if rb.uncertain else ev.ROLLED_BACK,
             f"plan {plan}: rolled back, taint removed: {rb.reason}"
-            + ("; the GPU layout is uncertain, check nvidia.com/mig.config.state" if rb.uncertain else ""),
+            + (f"; the GPU layout is uncertain, check {MIG_CONFIG_STATE}" if rb.uncertain else ""),
             warning=True,
         )
         return "rolled-back"

@@ -24,6 +24,7 @@ from migctl.core.cluster import GpuDemand, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
 from migctl.core.quantity import to_bytes
 from migctl.core.settings import ForecastPrior, PlannerSettings
+from migctl.wire import names
 
 # Pods older than this many half-lives weigh less than 2**-16 of the newest and are not read.
 _HALF_LIVES_READ = 16
@@ -94,7 +95,8 @@ def forecast(snapshot: Snapshot, settings: PlannerSettings | None = None) -> For
 
 def _gpu_pods(pods: Iterable[Pod]) -> list[Pod]:
     """Pods that show GPU demand: pending or running ones with a GPU request (finished pods show none)."""
-    return [p for p in pods if p.gpu and p.phase not in ("Succeeded", "Failed") and p.scheduler_name != "migctl"]
+    fallback = names.FALLBACK_SCHEDULER  # its pods hold VRAM units, not MIG instances
+    return [p for p in pods if p.gpu and p.phase not in ("Succeeded", "Failed") and p.scheduler_name != fallback]
 
 
 def _weighted(pods: list[Pod], half_life: float) -> list[tuple[float, tuple[GpuDemand, ...], int | None]]:

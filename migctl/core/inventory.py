@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from migctl.core.label_values import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
 from migctl.core.migparted import GpuConfig
 from migctl.errors import InputError, Problem, from_validation_error
+from migctl.wire import names
 
-INVENTORY_ANNOTATION = "migctl.io/gpus"
+INVENTORY_ANNOTATION = names.GPUS
 INVENTORY_VERSION = "v1"
 
 NonNegative = Annotated[int, Field(ge=0)]

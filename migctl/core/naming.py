@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-RESOURCE_PREFIX = "nvidia.com/mig-"
-WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+from migctl.wire import names
+
+RESOURCE_PREFIX = names.MIG_RESOURCE_PREFIX
+WHOLE_GPU_RESOURCE = names.WHOLE_GPU_RESOURCE
 
 # [<C>c.]<G>g.<GB>gb[+attr[,attr]|-attr], the form mig-parted accepts (pkg/types/mig_config.go).
 _PROFILE_RE = re.compile(

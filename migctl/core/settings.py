@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from migctl.core.migparted_rules import NEWEST, Version, format_version, parse_version
+from migctl.wire import names
 
 
 class PriorClass(BaseModel):
@@ -76,8 +77,8 @@ class PlannerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    vram_resource: str = Field("migctl.io/vram", description="Extended resource pods use to ask for VRAM bytes.")
-    vram_annotation: str = Field("migctl.io/vram", description="Pod annotation stating a profile pod's real need.")
+    vram_resource: str = Field(names.VRAM, description="Extended resource pods use to ask for VRAM bytes.")
+    vram_annotation: str = Field(names.VRAM, description="Pod annotation stating a profile pod's real need.")
     evictions: Literal["none", "lower-priority"] = Field(
         "none", description="`lower-priority` lets the plan evict GPU pods of strictly lower priority."
     )
@@ -86,8 +87,8 @@ class PlannerSettings(BaseModel):
         False,
         description="Allow switching MIG on/off (resets every GPU of the node: only on nodes with no GPU pods).",
     )
-    exclude_label: str = Field("migctl.io/exclude", description="Nodes with this label set to `true` are left alone.")
-    reconfigure_taint: str = Field("migctl.io/reconfiguring", description="Taint key migctl sets while it acts.")
+    exclude_label: str = Field(names.EXCLUDE, description="Nodes with this label set to `true` are left alone.")
+    reconfigure_taint: str = Field(names.RECONFIGURING, description="Taint key migctl sets while it acts.")
     work_budget: int = Field(
         50_000_000,
         ge=1,
@@ -136,7 +137,7 @@ class GpuOperatorSettings(BaseModel):
     configmap_key: str = Field(
         "config.yaml", description="Key holding the mig-parted config (mig-manager requires it)."
     )
-    layout_annotation: str = Field("migctl.io/layout", description="migctl's record of a node's per-GPU layout.")
+    layout_annotation: str = Field(names.LAYOUT, description="migctl's record of a node's per-GPU layout.")
     mig_manager_version: str = Field(
         format_version(NEWEST),
         description=(

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from migctl.core.settings import PlannerSettings
 from migctl.core.vram_offers import Capacity
+from migctl.wire import names
 
-CHOICE_ANNOTATION = "migctl.io/vram-choice"
-OPT_OUT_KEY = "migctl.io/webhook"
+CHOICE_ANNOTATION = names.VRAM_CHOICE
+OPT_OUT_KEY = names.WEBHOOK_OPT_OUT
 OPT_OUT_VALUE = "disabled"
 
 
@@ -22,8 +23,8 @@ OPT_OUT_VALUE = "disabled"
 class VramRules:
     """The knobs of the decision (from the planner settings and the `webhook:` section)."""
 
-    resource: str = "migctl.io/vram"  # the extended resource pods ask for
-    annotation: str = "migctl.io/vram"  # where the original request is kept (the planner reads it)
+    resource: str = names.VRAM  # the extended resource pods ask for
+    annotation: str = names.VRAM  # where the original request is kept (the planner reads it)
     fallback_scheduler: str = "migctl"  # pods of this scheduler belong to the non-MIG fallback
     whole_gpu: bool = False  # serve a request larger than every MIG instance with a whole GPU
     opt_out_key: str = OPT_OUT_KEY  # namespace label / pod annotation ...

@@ -18,10 +18,11 @@ from typing import Any
 
 from migctl.core.cluster import Node, Pod, Resources
 from migctl.core.placement import static_misfit, tally
+from migctl.wire import names
 
-GPU_INDEX_ANNOTATION = "migctl.io/gpu-index"
-GPU_UUID_ANNOTATION = "migctl.io/gpu-uuid"
-VISIBLE_DEVICES_ANNOTATION = "migctl.io/visible-devices"  # UUID when known, else index: for NVIDIA_VISIBLE_DEVICES
+GPU_INDEX_ANNOTATION = names.GPU_INDEX
+GPU_UUID_ANNOTATION = names.GPU_UUID
+VISIBLE_DEVICES_ANNOTATION = names.VISIBLE_DEVICES
 MIB = 2**20
 
 

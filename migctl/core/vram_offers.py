@@ -27,8 +27,9 @@ from migctl.core.cluster import Node, Pod, Snapshot, Taint
 from migctl.core.geometry import CanonicalLayout, canonical, geometry
 from migctl.core.placement import signature, static_misfit, tally
 from migctl.core.settings import PlannerSettings
+from migctl.wire import names
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
+PRODUCT_LABEL = names.GPU_PRODUCT
 WHOLE = "gpu"  # the `profile` of a whole-GPU choice
 Capacity = Literal["free", "plannable", "none"]
 CAPACITY_RANK: dict[Capacity, int] = {"free": 0, "plannable": 1, "none": 2}

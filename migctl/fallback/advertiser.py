@@ -14,11 +14,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kubernetes import client
-
+from migctl.adapters.kube.interface import FallbackApi
+from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import Catalog
 from migctl.fallback.capacity import node_gpus, node_units
-from migctl.fallback.settings import FallbackSettings
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,8 @@ def capacity_patch(status: Mapping[str, Any], resource: str, desired: int | None
 class Advertiser:
     """One `sync()` per resync: compares each GPU node's advertised VRAM with its hardware and patches the gap."""
 
-    def __init__(self, core: client.CoreV1Api, catalog: Catalog, settings: FallbackSettings | None = None) -> None:
-        self.core = core
+    def __init__(self, kube: FallbackApi, catalog: Catalog, settings: FallbackSettings | None = None) -> None:
+        self.kube = kube
         self.catalog = catalog
         self.settings = settings or FallbackSettings()
 
@@ -62,7 +61,7 @@ class Advertiser:
             ops = capacity_patch(node.get("status") or {}, self.settings.resource, desired)
             if not ops:
                 continue
-            self.core.patch_node_status(name, ops)
+            self.kube.patch_node_status(name, ops)
             changed[name] = desired
             if desired is None:
                 log.info("node %s: removed %s (no GPU without MIG left)", name, self.settings.resource)

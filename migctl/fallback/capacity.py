@@ -18,26 +18,24 @@ from decimal import Decimal
 from typing import Any
 
 from migctl.adapters.fields import mapping, maps
-from migctl.adapters.objects import (
-    GFD_COUNT,
-    GFD_MEMORY,
-    GFD_PRODUCT,
-    OBJECT_ERRORS,
-    TERMINAL,
-    snapshot_from_objects,
-)
+from migctl.adapters.objects import OBJECT_ERRORS, TERMINAL, snapshot_from_objects
 from migctl.adapters.pods import pod_from_object
+from migctl.config.fallback import FallbackSettings
 from migctl.core import label_values
 from migctl.core.catalog import Catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.demand import effective_requests
-from migctl.core.inventory import INVENTORY_ANNOTATION, parse_inventory
-from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from migctl.core.inventory import parse_inventory
 from migctl.core.quantity import MIB, parse_quantity
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import GPU_INDEX_ANNOTATION, VramGpu, VramNode, VramPod
+from migctl.core.vram_fit import VramGpu, VramNode, VramPod
 from migctl.errors import InputError
-from migctl.fallback.settings import FallbackSettings
+from migctl.wire.names import GPU_COUNT as GFD_COUNT
+from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION
+from migctl.wire.names import GPU_MEMORY as GFD_MEMORY
+from migctl.wire.names import GPU_PRODUCT as GFD_PRODUCT
+from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
+from migctl.wire.names import MIG_COUNT_SUFFIX, MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
 
 
 @dataclass(frozen=True)
@@ -99,8 +97,8 @@ def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
     status = mapping(node.get("status"), "status")
     alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
     mig_on = any(
-        k.startswith("nvidia.com/mig-") and k.endswith(".count") and _positive(v) for k, v in labels.items()
-    ) or any(str(k).startswith(RESOURCE_PREFIX) and _positive(v) for k, v in alloc.items())
+        k.startswith(MIG_RESOURCE_PREFIX) and k.endswith(MIG_COUNT_SUFFIX) and _positive(v) for k, v in labels.items()
+    ) or any(str(k).startswith(MIG_RESOURCE_PREFIX) and _positive(v) for k, v in alloc.items())
     if mig_on:
         return NodeGpus(source="gfd", reason="some GPUs have MIG on; per-GPU MIG state needs the node agent")
     memory = labels.get(GFD_MEMORY)
@@ -241,7 +239,7 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
         except OBJECT_ERRORS as e:  # it holds something we cannot read: the node's use is unknown, never free
             reason = reason or f"usage unknown: running pod {key} is unreadable ({e})"
             continue
-        if not reason and any(k == WHOLE_GPU_RESOURCE or str(k).startswith(RESOURCE_PREFIX) for k in limits):
+        if not reason and any(k == WHOLE_GPU_RESOURCE or str(k).startswith(MIG_RESOURCE_PREFIX) for k in limits):
             reason = "runs pods that request nvidia.com GPUs: which GPUs they hold is unknown"
         if units <= 0:
             continue

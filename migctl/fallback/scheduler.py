@@ -13,24 +13,18 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
-
+from migctl.adapters.events import event_body
+from migctl.adapters.kube import ApiClient, KubeApi
+from migctl.adapters.kube.errors import ConflictError, KubeError, NotFoundError
+from migctl.adapters.kube.interface import FallbackApi
+from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import Catalog
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import (
-    GPU_INDEX_ANNOTATION,
-    GPU_UUID_ANNOTATION,
-    VISIBLE_DEVICES_ANNOTATION,
-    VramPlacement,
-    fit,
-)
+from migctl.core.vram_fit import VramPlacement, fit
 from migctl.fallback.advertiser import Advertiser
 from migctl.fallback.capacity import fallback_view
-from migctl.fallback.settings import FallbackSettings
+from migctl.wire.values import gpu_placement
 
 log = logging.getLogger(__name__)
 COMPONENT = "migctl-fallback-scheduler"
@@ -44,46 +38,29 @@ class RunResult:
     resource_version: str = ""
 
 
-# The client's serializer and watch helper are unannotated; reached through Any so strict mypy holds here
-# without relaxing `disallow_untyped_calls` for this package.
-_watch: Any = watch
-
-
-def _serialize(api: client.ApiClient, items: list[Any], kind: str) -> list[dict[str, Any]]:
-    sanitize: Any = api.sanitize_for_serialization
-    out = []
-    for item in items:
-        obj: dict[str, Any] = sanitize(item)
-        obj["kind"] = kind
-        out.append(obj)
-    return out
-
-
 class FallbackScheduler:
     """Lists the cluster, keeps VRAM capacity in sync, places and binds pending migctl pods (`run_once`)."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         catalog: Catalog,
         settings: FallbackSettings | None = None,
         planner: PlannerSettings | None = None,
         advertise: bool = True,
     ) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
+        # One try per call: a failed pass is retried whole, on the resync cadence.
+        self.kube: FallbackApi = KubeApi(api, attempts=1)
         self.catalog = catalog
         self.settings = settings or FallbackSettings()
         self.planner = planner or PlannerSettings()
-        self.advertiser = Advertiser(self.core, catalog, self.settings) if advertise else None
+        self.advertiser = Advertiser(self.kube, catalog, self.settings) if advertise else None
         self._reported: dict[str, str] = {}  # pod uid -> last reason reported, so events are not repeated
 
     def run_once(self) -> RunResult:
-        nodes = self.core.list_node()
-        pods = self.core.list_pod_for_all_namespaces()
-        node_objs = _serialize(self.api, nodes.items, "Node")
-        pod_objs = _serialize(self.api, pods.items, "Pod")
-        result = RunResult(resource_version=str(pods.metadata.resource_version or "") if pods.metadata else "")
+        node_objs = self.kube.list_nodes()
+        pod_objs, version = self.kube.list_pods_at()
+        result = RunResult(resource_version=version)
         if self.advertiser is not None:
             result.capacity_changes = self.advertiser.sync(node_objs)
         view = fallback_view([*node_objs, *pod_objs], self.catalog, self.settings, self.planner)
@@ -102,30 +79,14 @@ class FallbackScheduler:
 
     def _bind(self, p: VramPlacement, uid: str) -> bool:
         namespace, name = p.pod.split("/", 1)
-        annotations = {
-            GPU_INDEX_ANNOTATION: str(p.gpu),
-            GPU_UUID_ANNOTATION: p.uuid or "",
-            VISIBLE_DEVICES_ANNOTATION: p.uuid or str(p.gpu),
-        }
         try:
             # One write: the API server sets spec.nodeName and merges these annotations into the pod together.
-            binding = client.V1Binding(
-                metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None, annotations=annotations),
-                target=client.V1ObjectReference(api_version="v1", kind="Node", name=p.node),
+            self.kube.bind_pod(namespace, name, uid, p.node, gpu_placement(p.gpu, p.uuid))
+        except (NotFoundError, ConflictError) as e:
+            log.info(
+                "pod %s: not bound (%s %s): it changed meanwhile; next pass decides again", p.pod, e.status, e.reason
             )
-            # The API answers a Binding with a Status object, which the client cannot deserialize as a V1Binding
-            # (kubernetes-client/python#825: "Invalid value for `target`"): take the raw response instead.
-            self.core.create_namespaced_pod_binding(name, namespace, binding, _preload_content=False)
-        except ApiException as e:
-            if e.status in (404, 409):
-                log.info(
-                    "pod %s: not bound (%s %s): it changed meanwhile; next pass decides again",
-                    p.pod,
-                    e.status,
-                    e.reason,
-                )
-                return False
-            raise
+            return False
         self._reported.pop(uid, None)
         log.info("pod %s -> node %s GPU %d (%s)", p.pod, p.node, p.gpu, p.uuid or "uuid unknown")
         return True
@@ -133,29 +94,20 @@ class FallbackScheduler:
     def _report_unschedulable(self, namespace: str, name: str, uid: str, reason: str) -> None:
         if self._reported.get(uid) == reason:
             return
-        now = datetime.now(UTC)
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", name=name, namespace=namespace, uid=uid or None
-            ),
-            reason="FailedScheduling",
-            message=reason,
-            type="Warning",
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=COMPONENT,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": name,
+            "namespace": namespace,
+            **({"uid": uid} if uid else {}),
+        }
+        event = event_body(involved, "FailedScheduling", reason, COMPONENT, COMPONENT, warning=True)
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": reason}
         try:
-            self.core.create_namespaced_event(namespace, event)
-            self.core.patch_namespaced_pod_status(name, namespace, {"status": {"conditions": [condition]}})
-        except ApiException as e:
-            if e.status != 404:
-                raise
+            self.kube.create_event(namespace, event)
+            self.kube.patch_pod_status(namespace, name, {"status": {"conditions": [condition]}})
+        except NotFoundError:
+            pass
         self._reported[uid] = reason
         log.info("pod %s/%s unschedulable: %s", namespace, name, reason)
 
@@ -165,22 +117,13 @@ class FallbackScheduler:
         while not stop.is_set():
             try:
                 rv = self.run_once().resource_version
-            except ApiException as e:
-                log.error("fallback pass failed: %s %s; retrying", e.status, e.reason)
+            except KubeError as e:
+                log.error("fallback pass failed: %s; retrying", e)
                 stop.wait(self.settings.interval_seconds)
                 continue
-            w = _watch.Watch()
-            try:
-                for _ in w.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    field_selector=selector,
-                    resource_version=rv,
-                    timeout_seconds=max(1, int(self.settings.interval_seconds)),
-                ):
-                    break  # something changed among pending migctl pods: run a pass now
-            except ApiException as e:
+            try:  # something changed among pending migctl pods: run a pass now
+                self.kube.wait_for_pods(selector, rv, self.settings.interval_seconds)
+            except KubeError as e:
                 if e.status != 410:  # 410 Gone: our resourceVersion is too old; the next pass lists again
-                    log.warning("watch failed: %s %s", e.status, e.reason)
+                    log.warning("watch failed: %s", e)
                     stop.wait(1)
-            finally:
-                w.stop()

@@ -16,8 +16,9 @@ from typing import Any
 from migctl.adapters.pods import placement_from_object
 from migctl.core.cluster import Pod
 from migctl.core.vram_offers import ModelOffer, OfferIndex
-from migctl.core.vram_request import CHOICE_ANNOTATION, VramDecision, VramRules, decide
+from migctl.core.vram_request import VramDecision, VramRules, decide
 from migctl.core.vram_rewrite import apply
+from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
 API_VERSION = "admission.k8s.io/v1"
 

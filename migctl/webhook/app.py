@@ -13,16 +13,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
-
+from migctl.adapters.kube import ApiClient, KubeApi
+from migctl.adapters.kube.errors import KubeError
+from migctl.config.webhook import WebhookSettings
 from migctl.core.catalog import Catalog
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.webhook.admission import review
 from migctl.webhook.certs import CertManager
 from migctl.webhook.events import EventSender
-from migctl.webhook.kube import KubeCallError, WebhookKube
 from migctl.webhook.server import WebhookServer
-from migctl.webhook.settings import WebhookSettings
 from migctl.webhook.tls import ServingContext
 from migctl.webhook.view import ClusterView
 
@@ -32,7 +31,7 @@ log = logging.getLogger(__name__)
 class Webhook:
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         catalog: Catalog,
         settings: WebhookSettings | None = None,
         planner: PlannerSettings | None = None,
@@ -42,7 +41,7 @@ class Webhook:
         self.planner = planner or PlannerSettings()
         self.namespace = os.environ.get("POD_NAMESPACE") or self.settings.namespace
         self.rules = self.settings.rules(self.planner)
-        self.kube = WebhookKube(api, operator)
+        self.kube = KubeApi(api, attempts=1)  # one try: the timers try again
         self.context = ServingContext()
         self.certs = CertManager(self.kube, self.settings, self.context, self.namespace)
         self.view = ClusterView(self.kube, catalog, self.planner, operator)
@@ -79,7 +78,7 @@ class Webhook:
         self.certs.sync()  # raises when no certificate can be had: nothing to serve with
         try:
             self.view.refresh()
-        except KubeCallError as e:
+        except KubeError as e:
             log.warning("first view of the cluster failed (retrying every %.0f s): %s", self.settings.refresh_s, e)
         self.server = WebhookServer(
             self.settings.address,

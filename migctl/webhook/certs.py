@@ -7,8 +7,9 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from migctl.webhook.kube import Conflict, Forbidden, KubeCallError, Obj
-from migctl.webhook.settings import WebhookSettings
+from migctl.adapters.kube.errors import ConflictError, ForbiddenError
+from migctl.adapters.kube.interface import Obj
+from migctl.config.webhook import WebhookSettings
 from migctl.webhook.tls import CertBundle, Clock, ServingContext, renew, service_dns_names, utcnow
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class CertManager:
                     self.kube.write_secret(
                         self.namespace, self.tls.secret_name, bundle.to_secret_data(), stored[1] if stored else None
                     )
-                except Conflict:
+                except ConflictError:
                     log.info("another replica wrote secret %s first; adopting its certificate", self.tls.secret_name)
                     continue
             if bundle != self.bundle or not self.context.loaded:
@@ -105,7 +106,7 @@ class CertManager:
                 if not why:
                     why = "loaded from secret"
             return why
-        raise KubeCallError(f"secret {self.namespace}/{self.tls.secret_name}: kept conflicting; try again later")
+        raise ConflictError(f"secret {self.namespace}/{self.tls.secret_name}", 409, "kept conflicting; try again later")
 
     def _use(self, bundle: CertBundle) -> None:
         self.context.load(bundle.cert_pem, bundle.key_pem)
@@ -116,11 +117,14 @@ class CertManager:
         name = self.settings.configuration_name
         try:
             return self._write_ca_bundle(name, ca_pem)
-        except Forbidden as e:
-            raise KubeCallError(
-                f"{e}: keeping the caBundle of MutatingWebhookConfiguration {name} needs get and update on it "
+        except ForbiddenError as e:
+            raise ForbiddenError(
+                f"{e.what}: keeping the caBundle of MutatingWebhookConfiguration {name} needs get and update on it "
                 "(the chart grants them in self-signed mode only); with cert-manager injecting the caBundle, set "
-                "webhook.configuration_name empty"
+                "webhook.configuration_name empty",
+                e.status,
+                e.reason,
+                e.message,
             ) from e
 
     def _write_ca_bundle(self, name: str, ca_pem: bytes) -> bool:
@@ -136,6 +140,6 @@ class CertManager:
                 self.kube.replace_webhook_configuration(name, cfg)  # carries resourceVersion: a lost race -> 409
                 log.info("caBundle of MutatingWebhookConfiguration %s updated", name)
                 return True
-            except Conflict:
+            except ConflictError:
                 continue
-        raise KubeCallError(f"mutatingwebhookconfiguration {name}: kept conflicting; try again later")
+        raise ConflictError(f"mutatingwebhookconfiguration {name}", 409, "kept conflicting; try again later")

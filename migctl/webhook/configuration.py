@@ -11,10 +11,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from migctl.config.webhook import WebhookSettings
 from migctl.core.settings import PlannerSettings
-from migctl.webhook.settings import WebhookSettings
-
-WEBHOOK_NAME = "vram.migctl.io"
+from migctl.wire.names import MIGCTL, PART_OF, WEBHOOK_NAME
 
 
 def _asks(resource: str) -> str:
@@ -64,7 +63,7 @@ def webhook_configuration(
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "migctl"}},
+        "metadata": {"name": name, "labels": {PART_OF: MIGCTL}},
         "webhooks": [
             {
                 "name": WEBHOOK_NAME,

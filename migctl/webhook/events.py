@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from migctl.adapters.events import event_body
-from migctl.core.vram_request import CHOICE_ANNOTATION
-from migctl.webhook.kube import KubeCallError, NotFound, Obj
+from migctl.adapters.kube.errors import KubeError, NotFoundError
+from migctl.adapters.kube.interface import Obj
+from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
 log = logging.getLogger(__name__)
 COMPONENT = "migctl-webhook"
@@ -36,7 +37,7 @@ REASON = "MigctlVramProfile"
 
 class EventApi(Protocol):
     def read_pod(self, namespace: str, name: str) -> Obj: ...
-    def list_pods(self, namespace: str) -> list[Obj]: ...
+    def list_pods(self, namespace: str | None = None, field_selector: str = "", cached: bool = False) -> list[Obj]: ...
     def create_event(self, namespace: str, body: Obj) -> None: ...
 
 
@@ -132,7 +133,7 @@ class EventSender:
     def _attempt(self, e: PendingEvent, listed: dict[str, list[Obj] | None]) -> bool:
         try:
             pod = self._find(e, listed)
-        except KubeCallError as err:
+        except KubeError as err:
             log.debug("looking for pod %s/%s: %s", e.namespace, e.name or e.generate_name, err)
             pod = None
         if pod is None:
@@ -157,12 +158,12 @@ class EventSender:
         if e.name:
             try:
                 return self.kube.read_pod(e.namespace, e.name)
-            except NotFound:
+            except NotFoundError:
                 return None
         if e.namespace not in listed:
             listed[e.namespace] = None  # a failed LIST is not repeated within the pass
             self.lists += 1
-            listed[e.namespace] = self.kube.list_pods(e.namespace)
+            listed[e.namespace] = self.kube.list_pods(e.namespace, cached=True)
         for pod in listed[e.namespace] or []:
             name = str((pod.get("metadata") or {}).get("name") or "")
             if name.startswith(e.generate_name) and _admission_uid(pod) == e.request_uid:
@@ -176,7 +177,7 @@ class EventSender:
         body = event_body(involved, REASON, message, COMPONENT, self.host)
         try:
             self.kube.create_event(namespace, body)
-        except KubeCallError as err:
+        except KubeError as err:
             log.warning("event for pod %s/%s not sent: %s", namespace, name, err)
             return
         self.sent.append((f"{namespace}/{name}", message))

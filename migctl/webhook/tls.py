@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from migctl.webhook.settings import TlsSettings
+from migctl.config.webhook import TlsSettings
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], dt.datetime]

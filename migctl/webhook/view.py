@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 
 class ViewApi(Protocol):
-    def cluster_objects(self) -> list[dict[str, Any]]: ...
+    def cluster_objects(
+        self, operator: GpuOperatorSettings, *, active_pods_only: bool = False, configmap_optional: bool = False
+    ) -> list[dict[str, Any]]: ...
     def namespace_labels(self) -> dict[str, dict[str, str]]: ...
 
 
@@ -55,7 +57,7 @@ class ClusterView:
         self.last_error = ""
 
     def refresh(self) -> Summary:
-        objects = self.kube.cluster_objects()
+        objects = self.kube.cluster_objects(self.operator, active_pods_only=True, configmap_optional=True)
         namespaces = self.kube.namespace_labels()
         snapshot = snapshot_from_objects(objects, self.catalog, self.planner, self.operator, "cluster")
         index = OfferIndex(offers_from_snapshot(snapshot, self.planner))

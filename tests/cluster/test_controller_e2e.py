@@ -20,8 +20,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from migctl.adapters.kube import Stopped
 from migctl.config import Config
-from migctl.controller.kubeapi import Stopped
 from migctl.controller.loop import Controller
 from migctl.core.migparted import GpuConfig, config_name
 from migctl.core.naming import resource_name

@@ -654,11 +654,13 @@ def test_agent_changes_only_its_own_node_with_a_real_bound_token(
             gpus = {"metadata": {"annotations": {"migctl.io/gpus": "{}"}}}
             _until_active(lambda: _denied(lambda: agent.patch_node(neighbour, gpus), "own node"), "the agent policy")
             # the real publisher, as the agent runs it, on its own node
+            from migctl.adapters.kube import KubeApi
             from migctl.agent.publisher import Publisher, PublishError
             from migctl.core.inventory import Inventory
 
             inventory = Inventory(gpus=())
-            assert Publisher(agent, own).publish(inventory)
+            as_agent = KubeApi(api, attempts=5, max_wait_s=10.0)  # as `migctl agent` builds it
+            assert Publisher(as_agent, own).publish(inventory)
             assert core.read_node(own).metadata.annotations["migctl.io/gpus"] == inventory.to_annotation()
             wrong = {
                 "label": _denied(lambda: agent.patch_node(own, {"metadata": {"labels": {"pool": "x"}}}), "only change"),
@@ -691,7 +693,7 @@ def test_agent_changes_only_its_own_node_with_a_real_bound_token(
             }
             assert not {k: v for k, v in wrong.items() if v}, wrong
             with pytest.raises(PublishError, match="node-restriction policy refused the write"):
-                Publisher(agent, neighbour).publish(inventory)  # a wrong NODE_NAME: told what to fix
+                Publisher(as_agent, neighbour).publish(inventory)  # a wrong NODE_NAME: told what to fix
         # a token bound to no pod carries no node: it changes no node at all
         unbound = core.create_namespaced_service_account_token(sa_name, release.ns, {"spec": {"audiences": []}})
         with with_token(control_plane, unbound.status.token) as api:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import load_catalog
 from migctl.core.inventory import GpuInfo, Inventory, MigDevice
 from migctl.fallback.scheduler import FallbackScheduler
-from migctl.fallback.settings import FallbackSettings
 
 from .controlplane import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
 from .waiting import wait_for
@@ -302,7 +302,8 @@ def test_agent_inventory_gives_uuids_and_the_cli_runs_a_pass(
     """The agent (fake NVML, real API) publishes once; the fallback then hands the pod the GPU's UUID."""
     from click.testing import CliRunner
 
-    from migctl.agent.nvml import NvmlReader
+    from migctl.adapters.kube import KubeApi
+    from migctl.adapters.nvml import NvmlReader
     from migctl.agent.publisher import Publisher
     from migctl.cli import cli
     from migctl.core.migparted import GpuConfig
@@ -316,8 +317,9 @@ def test_agent_inventory_gives_uuids_and_the_cli_runs_a_pass(
     gpus = [h100_no_mig(), h100_no_mig()]
     gpus[1].uuid = "GPU-h100-0001"
     gpus[0].processes = 1  # busy with something outside Kubernetes: does not change VRAM accounting
-    counting = _CountingPatches(core)
-    publisher = Publisher(counting, node)  # type: ignore[arg-type]
+    kube = KubeApi(api)
+    counting = kube.core = _CountingPatches(core)
+    publisher = Publisher(kube, node)
     reader = NvmlReader(FakeNvml(gpus))
     assert publisher.publish(reader.read()) is True
     assert counting.patches == 1

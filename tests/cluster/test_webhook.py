@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from migctl.config.webhook import WebhookSettings
 from migctl.core.catalog import load_catalog
 from migctl.core.migparted import GpuConfig
 from migctl.core.vram_request import CHOICE_ANNOTATION, PRODUCT_LABEL
 from migctl.webhook.app import Webhook
 from migctl.webhook.configuration import webhook_configuration
 from migctl.webhook.events import REASON
-from migctl.webhook.settings import WebhookSettings
 
 from .gpunodes import create_gpu_node
 from .waiting import wait_for

@@ -1,4 +1,4 @@
-"""A fake `pynvml` for agent tests: exactly the functions `migctl.agent.nvml` calls, with real pynvml errors.
+"""A fake `pynvml` for agent tests: exactly the functions `migctl.adapters.nvml` calls, with real pynvml errors.
 
 Machines (numbers from docs/profiles.md and the reference fact base, not from go-nvml's synthetic mocks):
 - `a100_mig()`: A100-SXM4-40GB, MIG on, 3g.20gb (busy) + 2g.10gb (idle) + 1g.5gb (busy), the placements real

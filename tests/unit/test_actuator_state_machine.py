@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from migctl.adapters.kube.errors import ConflictError
 from migctl.config import Config
 from migctl.controller.actuator import Actuator
 from migctl.controller.configmap import ConfigMapWriter
-from migctl.controller.errors import ConflictError
 from migctl.controller.events import EventSink
 from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics

@@ -8,8 +8,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-import migctl.agent.nvml as nvml_module
-from migctl.agent.nvml import NvmlError, NvmlReader
+import migctl.adapters.nvml as nvml_module
+from migctl.adapters.nvml import NvmlError, NvmlReader
 from migctl.core.catalog import Catalog
 
 from .fake_nvml import FakeNvml, a100_mig, h100_no_mig, h200_no_mig, t4

@@ -7,22 +7,22 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from types import SimpleNamespace
 from typing import Any
 
 import pynvml
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 from click.testing import CliRunner
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tenacity import wait_none
 
-import migctl.agent.nvml as nvml_module
-from migctl.agent.nvml import NvmlReader
+import migctl.adapters.nvml as nvml_module
+from migctl.adapters.kube import KubeApi
+from migctl.adapters.nvml import NvmlReader
 from migctl.agent.publisher import Publisher, PublishError
 from migctl.agent.runner import AgentRunner, serve_health
-from migctl.agent.settings import AgentSettings
 from migctl.cli import cli
+from migctl.config.agent import AgentSettings
 from migctl.core.inventory import Inventory
 
 from .fake_nvml import FakeNvml, a100_mig, t4
@@ -45,17 +45,25 @@ class FlakyReader:
 
 
 class FakeCore:
-    """Stands in for CoreV1Api.patch_node: records patches, can fail first."""
+    """Stands in for CoreV1Api.patch_node under a real KubeApi (translation, retries): records patches, can fail
+    first."""
 
     def __init__(self, errors: list[ApiException] | None = None) -> None:
         self.errors = list(errors or [])
         self.patches: list[tuple[str, dict[str, Any]]] = []
 
-    def patch_node(self, name: str, body: dict[str, Any]) -> Any:
+    def patch_node(self, name: str, body: dict[str, Any], **kwargs: Any) -> Any:
         if self.errors:
             raise self.errors.pop(0)
         self.patches.append((name, body))
-        return SimpleNamespace(metadata=SimpleNamespace(annotations=body["metadata"]["annotations"]))
+        return {"metadata": {"annotations": body["metadata"]["annotations"]}}
+
+
+def _kube(core: FakeCore) -> KubeApi:
+    """What `migctl agent` builds (5 attempts), with the client's CoreV1Api swapped for the fake."""
+    kube = KubeApi(client.ApiClient(), attempts=5, max_wait_s=0.001)
+    kube.core = core
+    return kube
 
 
 def test_failures_back_off_exponentially_then_recover(caplog: pytest.LogCaptureFixture) -> None:
@@ -126,7 +134,7 @@ def test_readyz_reports_the_reason() -> None:
 
 def test_publisher_patches_only_on_change(monkeypatch: pytest.MonkeyPatch) -> None:
     core = FakeCore()
-    pub = Publisher(core, "node-a")  # type: ignore[arg-type]
+    pub = Publisher(_kube(core), "node-a")
     inv = NvmlReader(FakeNvml([a100_mig()])).read()
     assert pub.publish(inv) is True
     assert pub.publish(NvmlReader(FakeNvml([a100_mig()])).read()) is False
@@ -141,19 +149,18 @@ def test_publisher_patches_only_on_change(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_publisher_retries_transient_errors_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Publisher._patch.retry, "wait", wait_none())  # type: ignore[attr-defined]
     inv = NvmlReader(FakeNvml([t4()])).read()
     core = FakeCore([ApiException(status=503), ApiException(status=429)])
-    assert Publisher(core, "n").publish(inv) is True  # type: ignore[arg-type]
+    assert Publisher(_kube(core), "n").publish(inv) is True
     assert len(core.patches) == 1
     forbidden = FakeCore([ApiException(status=403), ApiException(status=403)])
     with pytest.raises(PublishError, match="needs `patch` on nodes"):
-        Publisher(forbidden, "n").publish(inv)  # type: ignore[arg-type]
+        Publisher(_kube(forbidden), "n").publish(inv)
     assert len(forbidden.errors) == 1  # not retried
     body = json.dumps({"message": "ValidatingAdmissionPolicy 'x' denied request: may only change its own node"})
     refused = FakeCore([ApiException(status=422, reason="Unprocessable Entity", body=body) for _ in range(2)])
     with pytest.raises(PublishError, match=r"node-restriction policy refused the write .*may only change its own node"):
-        Publisher(refused, "n").publish(inv)  # type: ignore[arg-type]
+        Publisher(_kube(refused), "n").publish(inv)
     assert len(refused.errors) == 1
 
 

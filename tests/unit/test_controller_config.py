@@ -8,15 +8,16 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
-from migctl.config import Config, ControllerSettings, env_overrides, load_config
-from migctl.controller.errors import (
+from migctl.adapters.kube.errors import (
     ConflictError,
+    ForbiddenError,
     NotFoundError,
     PermanentError,
     TooManyRequestsError,
     TransientError,
     translate,
 )
+from migctl.config import Config, ControllerSettings, env_overrides, load_config
 from migctl.errors import InputError
 
 
@@ -88,7 +89,7 @@ def test_existing_sections_still_load() -> None:
         (503, TransientError),
         (504, TransientError),
         (400, PermanentError),
-        (403, PermanentError),
+        (403, ForbiddenError),
         (404, NotFoundError),
         (422, PermanentError),
     ],
@@ -98,6 +99,16 @@ def test_api_errors_say_whether_a_retry_can_help(status: int, kind: type[Excepti
     assert type(err) is kind
     assert isinstance(err, TransientError) == (status in (409, 429, 500, 503, 504))
     assert "patch node n" in str(err)
+    assert isinstance(err, PermanentError) == (status in (400, 403, 404, 422))
+
+
+def test_api_errors_carry_the_servers_message() -> None:
+    body = '{"kind": "Status", "message": "nodes \\"n\\" is forbidden: ValidatingAdmissionPolicy denied it"}'
+    err = translate(ApiException(status=422, reason="Unprocessable Entity", http_resp=None), "patch node n")
+    assert err.message == ""
+    e = ApiException(status=422, reason="Unprocessable Entity")
+    e.body = body
+    assert translate(e, "patch node n").message == 'nodes "n" is forbidden: ValidatingAdmissionPolicy denied it'
 
 
 def test_timeouts_are_transient() -> None:

@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
+from migctl.adapters.kube.errors import ConflictError, TransientError
 from migctl.config import LeaderElectionSettings
-from migctl.controller.errors import ConflictError, TransientError
 from migctl.controller.leader import LeaderElector
 
 FAST = LeaderElectionSettings(lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.05)

@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from migctl.controller.errors import ConflictError, PermanentError, TransientError
-from migctl.controller.kubeapi import KubeApi, Stopped
+from migctl.adapters.kube import KubeApi, Stopped
+from migctl.adapters.kube.errors import ConflictError, PermanentError, TransientError
 
 
 def _api(attempts: int = 4) -> KubeApi:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from migctl.agent.nvml import NvmlReader
+from migctl.adapters.nvml import NvmlReader
 from migctl.core.inventory import GpuInfo, Inventory, MigDevice, parse_inventory
 from migctl.errors import InputError
 

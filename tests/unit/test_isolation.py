@@ -14,13 +14,13 @@ from kubernetes import client
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.cli.plan import example_path
 from migctl.config import Config
+from migctl.config.webhook import WebhookSettings
 from migctl.controller.loop import Controller
 from migctl.core.catalog import load_catalog
 from migctl.core.planner import plan
 from migctl.core.settings import PlannerSettings
 from migctl.core.vram_request import offers_from_snapshot
 from migctl.webhook.admission import review
-from migctl.webhook.settings import WebhookSettings
 
 CATALOG = load_catalog()
 EXAMPLE: list[dict[str, Any]] = yaml.safe_load(example_path().read_text())["items"]

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from migctl.adapters.kube.errors import ConflictError, NotFoundError
+from migctl.config.webhook import TlsSettings, WebhookSettings
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Taint
 from migctl.core.vram_request import CHOICE_ANNOTATION, ModelOffer, NodeOffer, VramRules
@@ -23,9 +25,7 @@ from migctl.webhook.admission import BadReviewError, apply_patch, json_patch, re
 from migctl.webhook.certs import CertManager, set_ca_bundle
 from migctl.webhook.configuration import webhook_configuration
 from migctl.webhook.events import EventSender
-from migctl.webhook.kube import Conflict, NotFound
 from migctl.webhook.server import WebhookServer
-from migctl.webhook.settings import TlsSettings, WebhookSettings
 from migctl.webhook.tls import CertBundle, ServingContext, renew, renewal_reason
 
 CATALOG = load_catalog()
@@ -73,8 +73,13 @@ def test_review_places_the_pod_by_the_planners_filter() -> None:
     tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
     ok = review(admission_review(tolerant), tainted, VramRules())
     assert ok.decision is not None and (ok.decision.capacity, ok.decision.node) == ("free", "n1")
-    broken = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"operator": "In", "values": ["a"]}]}]}}}  # fmt: skip  (no key)
+    broken = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"operator": "In", "values": ["a"]}]}]
+            }
+        }
+    }  # fmt: skip  (no key)
     bad = vram_pod()
     bad["spec"]["affinity"] = broken
     rejected = review(admission_review(bad), OFFERS, VramRules())
@@ -269,9 +274,9 @@ class FakeKube:
             other, _ = renew(None, TlsSettings(), self.names, IPS, NOW)  # another replica won the race
             self.version += 1
             self.secret = (other.to_secret_data(), str(self.version))
-            raise Conflict("409")
+            raise ConflictError("write secret", 409, "Conflict")
         if (resource_version is None) != (self.secret is None) or (self.secret and resource_version != self.secret[1]):
-            raise Conflict("409")
+            raise ConflictError("write secret", 409, "Conflict")
         self.version += 1
         self.secret = (data, str(self.version))
 
@@ -407,9 +412,11 @@ class FakeEvents:
         for p in self.pods:
             if p["metadata"]["name"] == name:
                 return p
-        raise NotFound("404")
+        raise NotFoundError("read pod", 404, "Not Found")
 
-    def list_pods(self, namespace: str) -> list[dict[str, Any]]:
+    def list_pods(
+        self, namespace: str | None = None, field_selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
         return self.pods
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:

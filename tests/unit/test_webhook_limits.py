@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from migctl.adapters.kube.errors import NotFoundError
+from migctl.config.webhook import TlsSettings, WebhookSettings
 from migctl.core.vram_request import CHOICE_ANNOTATION
 from migctl.webhook.configuration import match_conditions, webhook_configuration
 from migctl.webhook.events import EventSender
-from migctl.webhook.kube import NotFound
 from migctl.webhook.server import WebhookServer
-from migctl.webhook.settings import TlsSettings, WebhookSettings
 from migctl.webhook.tls import CertBundle, ServingContext, renew
 
 NOW = dt.datetime.now(dt.UTC)
@@ -125,9 +125,11 @@ class CountingEvents:
         self.events: list[dict[str, Any]] = []
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise NotFound("404")
+        raise NotFoundError("read pod", 404, "Not Found")
 
-    def list_pods(self, namespace: str) -> list[dict[str, Any]]:
+    def list_pods(
+        self, namespace: str | None = None, field_selector: str = "", cached: bool = False
+    ) -> list[dict[str, Any]]:
         self.lists += 1
         return [p for p in self.pods if p["metadata"]["namespace"] == namespace]
 
@@ -190,8 +192,8 @@ def test_match_conditions_name_the_configured_resource_and_guard_every_field() -
 
 
 def test_a_forbidden_ca_bundle_write_says_which_right_is_missing() -> None:
+    from migctl.adapters.kube.errors import ForbiddenError, KubeError
     from migctl.webhook.certs import CertManager
-    from migctl.webhook.kube import Forbidden, KubeCallError
 
     class NoRights:
         def read_secret(self, namespace: str, name: str) -> tuple[dict[str, bytes], str] | None:
@@ -201,7 +203,7 @@ def test_a_forbidden_ca_bundle_write_says_which_right_is_missing() -> None:
             raise AssertionError("no Secret in this test (tls.secret_name is empty)")
 
         def read_webhook_configuration(self, name: str) -> dict[str, Any] | None:
-            raise Forbidden(f"read mutatingwebhookconfiguration {name}: 403 Forbidden")
+            raise ForbiddenError(f"read mutatingwebhookconfiguration {name}", 403, "Forbidden")
 
         def replace_webhook_configuration(self, name: str, body: dict[str, Any]) -> None:
             raise AssertionError("never read, never written")
@@ -210,7 +212,7 @@ def test_a_forbidden_ca_bundle_write_says_which_right_is_missing() -> None:
     try:
         settings = WebhookSettings(tls=TlsSettings(secret_name=""))
         mgr = CertManager(NoRights(), settings, ctx, "ns", clock=lambda: NOW)
-        with pytest.raises(KubeCallError, match=r"needs get and update on it .*set webhook.configuration_name empty"):
+        with pytest.raises(KubeError, match=r"needs get and update on it .*set webhook.configuration_name empty"):
             mgr.sync()
     finally:
         ctx.close()

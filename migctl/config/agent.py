@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from migctl.core.inventory import INVENTORY_ANNOTATION
+from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
 
 
 class AgentSettings(BaseModel):

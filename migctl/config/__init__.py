@@ -17,11 +17,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from migctl.agent.settings import AgentSettings
+from migctl.config.agent import AgentSettings
+from migctl.config.fallback import FallbackSettings
+from migctl.config.webhook import WebhookSettings
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError, from_validation_error
-from migctl.fallback.settings import FallbackSettings
-from migctl.webhook.settings import WebhookSettings
+from migctl.wire import names
 
 ENV_PREFIX = "MIGCTL_"
 
@@ -126,12 +127,12 @@ class ControllerSettings(BaseModel):
     )
     paused: bool = Field(False, description="Start no new reconfiguration (in-flight ones still finish safely).")
     pause_annotation: str = Field(
-        "migctl.io/paused",
+        names.PAUSED,
         description="Runtime pause switch: this annotation set to `true` on migctl's ConfigMap pauses like `paused`.",
     )
     dry_run: bool = Field(False, description="Plan, log and emit Events saying what would happen; no other writes.")
     opt_out_label: str = Field(
-        "migctl.io/exclude",
+        names.EXCLUDE,
         description="Namespaces labelled (or pods annotated) with this key = `true`: their pods are neither planned "
         "for nor evicted. Nodes use planner.exclude_label.",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from migctl.core.quantity import parse_quantity
+from migctl.wire import names
 
 
 class FallbackSettings(BaseModel):
@@ -12,14 +13,16 @@ class FallbackSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    resource: str = Field("migctl.io/vram", description="Extended resource advertised on nodes and requested by pods.")
+    resource: str = Field(names.VRAM, description="Extended resource advertised on nodes and requested by pods.")
     unit: str = Field(
         "1",
         description="Bytes one unit of the resource stands for: `1` (pods write `8Gi`), or e.g. `512Mi` for clusters "
         "that count units (pods then write `16` for 8 GiB).",
     )
     reserve_mib_per_gpu: int = Field(0, ge=0, description="MiB of each GPU kept out of the advertised capacity.")
-    scheduler_name: str = Field("migctl", description="Pods with this spec.schedulerName are placed by migctl.")
+    scheduler_name: str = Field(
+        names.FALLBACK_SCHEDULER, description="Pods with this spec.schedulerName are placed by migctl."
+    )
     interval_seconds: float = Field(
         10.0, gt=0, description="Full resync (capacity and pending pods) at least this often."
     )

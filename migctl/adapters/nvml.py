@@ -1,4 +1,4 @@
-"""Read-only NVML discovery: the only migctl module that imports `pynvml`.
+"""Read-only NVML discovery (the NVML adapter): the only migctl module that imports `pynvml`.
 
 Every call made here is a query (`nvmlInit`, `nvmlShutdown`, `nvmlSystem*Get*`, `nvmlDevice*Get*`,
 `nvmlGpuInstanceGetInfo`): nothing is created, destroyed or reset, so `migctl agent --once --print` is safe on a

@@ -16,8 +16,8 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from migctl.controller.errors import API_ERRORS, translate
-from migctl.controller.kubeapi import Obj
+from migctl.adapters.kube.calls import Obj
+from migctl.adapters.kube.errors import API_ERRORS, translate
 
 log = logging.getLogger(__name__)
 OnChange = Callable[[str, str, Obj], None]  # (kind, event type, object)

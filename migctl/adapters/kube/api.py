@@ -1,0 +1,321 @@
+"""The one wrapper over the Kubernetes client: every call migctl makes, as plain dicts (what `kubectl get -o
+json` shows), raising the one error family of `errors`. Components see it through the protocols of `interface`.
+
+Retries (`calls.ApiCalls.call`) skip what repeating cannot help: 409 Conflict (the caller re-reads and decides
+again: `update_node`, the ConfigMap writer) and, for evictions, 429 (a PodDisruptionBudget said no; the actuator
+retries that against its own eviction timeout).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import watch
+
+from migctl.adapters.kube.calls import ApiCalls, Obj
+from migctl.adapters.kube.errors import (
+    API_ERRORS,
+    ConflictError,
+    KubeError,
+    NotFoundError,
+    TooManyRequestsError,
+    translate,
+)
+from migctl.core.settings import GpuOperatorSettings
+from migctl.wire.names import COMPONENT, MANAGED_BY, MIGCTL
+
+log = logging.getLogger(__name__)
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+_watch: Any = watch  # the client's watch helper is unannotated
+
+
+class KubeApi(ApiCalls):
+    """Every API call migctl makes (the controller, the webhook, the fallback, the agent, `migctl plan`)."""
+
+    # -- nodes --------------------------------------------------------------------------------------------
+
+    def read_node(self, name: str) -> Obj:
+        node = self.call(f"read node {name}", lambda: self.core.read_node(name, _request_timeout=self.timeout_s))
+        return self.to_dict(node, "Node")
+
+    def patch_node(self, name: str, patch: Obj, what: str = "patch") -> Obj:
+        """A JSON merge patch (null deletes a key). With metadata.resourceVersion it is conditional (409)."""
+        self._guard()
+        node = self.call(
+            f"{what} node {name}",
+            lambda: self.core.patch_node(name, patch, _content_type=MERGE_PATCH, _request_timeout=self.timeout_s),
+        )
+        return self.to_dict(node, "Node")
+
+    def update_node(self, name: str, mutate: Callable[[Obj], Obj | None], what: str = "update") -> Obj:
+        """Read-modify-write with optimistic concurrency: `mutate(node)` returns a merge patch (None: nothing to
+        do); it is applied only if the node is unchanged since the read, else re-read and decided again."""
+        for _ in range(20):
+            node = self.read_node(name)
+            patch = mutate(node)
+            if patch is None:
+                return node
+            meta = dict(patch.get("metadata") or {})
+            meta["resourceVersion"] = node["metadata"]["resourceVersion"]
+            try:
+                return self.patch_node(name, {**patch, "metadata": meta}, what)
+            except ConflictError:
+                log.info("node %s changed during %s; re-reading", name, what)
+        raise ConflictError(f"{what} node {name}", 409, "still conflicting after 20 re-reads")
+
+    def list_nodes(self) -> list[Obj]:
+        nodes = self.call("list nodes", lambda: self.core.list_node(_request_timeout=self.timeout_s))
+        return [self.to_dict(n, "Node") for n in nodes.items]
+
+    def list_pods_on_node(self, node: str) -> list[Obj]:
+        pods = self.call(
+            f"list pods on {node}",
+            lambda: self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}", _request_timeout=self.timeout_s
+            ),
+        )
+        return [self.to_dict(p, "Pod") for p in pods.items]
+
+    def list_pods(self, namespace: str | None = None, field_selector: str = "", cached: bool = False) -> list[Obj]:
+        """Pods in a namespace (None: all); `cached` serves them from the API server's watch cache
+        (resourceVersion 0): no quorum read of etcd per call."""
+        return self.list_pods_at(namespace, field_selector, cached)[0]
+
+    def list_pods_at(
+        self, namespace: str | None = None, field_selector: str = "", cached: bool = False
+    ) -> tuple[list[Obj], str]:
+        """`list_pods`, and the list's resourceVersion (where a watch for what changes next starts)."""
+        kwargs: dict[str, Any] = {"_request_timeout": self.timeout_s}
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        if cached:
+            kwargs["resource_version"] = "0"
+        where = f"in {namespace}" if namespace else "in all namespaces"
+        if namespace:
+            pods = self.call(f"list pods {where}", lambda: self.core.list_namespaced_pod(namespace, **kwargs))
+        else:
+            pods = self.call(f"list pods {where}", lambda: self.core.list_pod_for_all_namespaces(**kwargs))
+        version = str(pods.metadata.resource_version or "") if pods.metadata else ""
+        return [self.to_dict(p, "Pod") for p in pods.items], version
+
+    def read_pod(self, namespace: str, name: str) -> Obj:
+        pod = self.call(
+            f"read pod {namespace}/{name}",
+            lambda: self.core.read_namespaced_pod(name, namespace, _request_timeout=self.timeout_s),
+        )
+        return self.to_dict(pod, "Pod")
+
+    def wait_for_pods(self, field_selector: str, resource_version: str, timeout_s: float) -> None:
+        """Return at the first change to the selected pods after `resource_version`, or after `timeout_s`; a
+        KubeError with status 410 when that version is too old to watch from (list again)."""
+        w = _watch.Watch()
+        try:
+            for _ in w.stream(
+                self.core.list_pod_for_all_namespaces,
+                field_selector=field_selector,
+                resource_version=resource_version,
+                timeout_seconds=max(1, int(timeout_s)),
+            ):
+                break
+        except API_ERRORS as e:
+            raise translate(e, f"watch pods ({field_selector})") from e
+        finally:
+            w.stop()
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        """Bind a pending pod to `node`; the API server merges the Binding's annotations into the pod in the
+        same write that sets spec.nodeName."""
+        self._guard()
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        if uid:
+            body["metadata"]["uid"] = uid
+        # The API answers a Binding with a Status object, which the client cannot deserialize as a V1Binding
+        # (kubernetes-client/python#825: "Invalid value for `target`"): take the raw response instead.
+        self.call(
+            f"bind pod {namespace}/{name} to {node}",
+            lambda: self.core.create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False, _request_timeout=self.timeout_s
+            ),
+        )
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        self._guard()
+        self.call(
+            f"patch status of pod {namespace}/{name}",
+            lambda: self.core.patch_namespaced_pod_status(name, namespace, patch, _request_timeout=self.timeout_s),
+        )
+
+    def patch_node_status(self, name: str, ops: list[Obj]) -> None:
+        """A JSON patch (RFC 6902) on the node's status subresource."""
+        self._guard()
+        self.call(
+            f"patch status of node {name}",
+            lambda: self.core.patch_node_status(name, ops, _content_type=JSON_PATCH, _request_timeout=self.timeout_s),
+        )
+
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        lst = self.call("list namespaces", lambda: self.core.list_namespace(_request_timeout=self.timeout_s))
+        return {ns.metadata.name: dict(ns.metadata.labels or {}) for ns in lst.items}
+
+    def cluster_objects(
+        self, operator: GpuOperatorSettings, *, active_pods_only: bool = False, configmap_optional: bool = False
+    ) -> list[Obj]:
+        """Nodes, pods (`active_pods_only`: not Succeeded or Failed) and the GPU Operator's mig-parted ConfigMap,
+        as `kubectl get -o json` items: what the snapshot adapter reads. An absent ConfigMap is left out (the
+        layouts then come from the node agent's annotation), and so is an unreadable one if `configmap_optional`
+        (no permission: the webhook's view does without it)."""
+        nodes = self.list_nodes()
+        pods = self.list_pods(field_selector="status.phase!=Succeeded,status.phase!=Failed" if active_pods_only else "")
+        try:
+            cm = self.read_configmap(operator.configmap_namespace, operator.configmap_name)
+        except KubeError:
+            if not configmap_optional:
+                raise
+            cm = None
+        return [*nodes, *pods, *([cm] if cm is not None else [])]
+
+    # -- evictions ----------------------------------------------------------------------------------------
+
+    def evict(self, namespace: str, name: str) -> str:
+        """Evict through the Eviction API (PDBs apply). Returns `evicted`, `gone` (404) or `blocked` (429)."""
+        self._guard()
+        body: Any = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            self.call(
+                f"evict pod {namespace}/{name}",
+                lambda: self.core.create_namespaced_pod_eviction(
+                    name, namespace, body, _request_timeout=self.timeout_s
+                ),
+                retry_throttle=False,
+            )
+        except NotFoundError:
+            return "gone"
+        except TooManyRequestsError:
+            return "blocked"
+        return "evicted"
+
+    # -- ConfigMaps ---------------------------------------------------------------------------------------
+
+    def read_configmap(self, namespace: str, name: str) -> Obj | None:
+        try:
+            cm = self.call(
+                f"read configmap {namespace}/{name}",
+                lambda: self.core.read_namespaced_config_map(name, namespace, _request_timeout=self.timeout_s),
+            )
+        except NotFoundError:
+            return None
+        return self.to_dict(cm, "ConfigMap")
+
+    def create_configmap(self, namespace: str, body: Any) -> Obj:
+        self._guard()
+        name = body["metadata"]["name"]
+        cm = self.call(
+            f"create configmap {namespace}/{name}",
+            lambda: self.core.create_namespaced_config_map(namespace, body, _request_timeout=self.timeout_s),
+        )
+        return self.to_dict(cm, "ConfigMap")
+
+    def replace_configmap(self, namespace: str, body: Any) -> Obj:
+        """Conditional on body.metadata.resourceVersion: 409 if someone else wrote first."""
+        self._guard()
+        name = body["metadata"]["name"]
+        cm = self.call(
+            f"replace configmap {namespace}/{name}",
+            lambda: self.core.replace_namespaced_config_map(name, namespace, body, _request_timeout=self.timeout_s),
+        )
+        return self.to_dict(cm, "ConfigMap")
+
+    # -- Events -------------------------------------------------------------------------------------------
+
+    def create_event(self, namespace: str, body: Any) -> None:
+        self.call(
+            "create event",
+            lambda: self.core.create_namespaced_event(namespace, body, _request_timeout=self.timeout_s),
+        )
+
+    # -- the webhook's certificate Secret and MutatingWebhookConfiguration ---------------------------------
+
+    def read_secret(self, namespace: str, name: str) -> tuple[dict[str, bytes], str] | None:
+        """(data decoded, resourceVersion), or None when absent."""
+        try:
+            s = self.call(
+                f"read secret {namespace}/{name}",
+                lambda: self.core.read_namespaced_secret(name, namespace, _request_timeout=self.timeout_s),
+            )
+        except NotFoundError:
+            return None
+        data = {k: base64.b64decode(v) for k, v in (s.data or {}).items()}
+        return data, str(s.metadata.resource_version)
+
+    def write_secret(self, namespace: str, name: str, data: dict[str, bytes], resource_version: str | None) -> None:
+        """Create (resource_version None) or replace at that version; ConflictError when someone else wrote first."""
+        self._guard()
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace, "labels": {MANAGED_BY: MIGCTL, COMPONENT: "webhook"}},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        if resource_version is None:
+            self.call(
+                f"create secret {namespace}/{name}",
+                lambda: self.core.create_namespaced_secret(namespace, body, _request_timeout=self.timeout_s),
+            )
+        else:
+            body["metadata"]["resourceVersion"] = resource_version
+            self.call(
+                f"replace secret {namespace}/{name}",
+                lambda: self.core.replace_namespaced_secret(name, namespace, body, _request_timeout=self.timeout_s),
+            )
+
+    def read_webhook_configuration(self, name: str) -> Obj | None:
+        try:
+            obj = self.call(
+                f"read mutatingwebhookconfiguration {name}",
+                lambda: self.admission.read_mutating_webhook_configuration(name, _request_timeout=self.timeout_s),
+            )
+        except NotFoundError:
+            return None
+        return self.to_dict(obj)
+
+    def replace_webhook_configuration(self, name: str, body: Obj) -> None:
+        self._guard()
+        self.call(
+            f"replace mutatingwebhookconfiguration {name}",
+            lambda: self.admission.replace_mutating_webhook_configuration(name, body, _request_timeout=self.timeout_s),
+        )
+
+    # -- Leases (no retries: the elector has its own cadence) ---------------------------------------------
+
+    def read_lease(self, namespace: str, name: str) -> Obj | None:
+        try:
+            lease = self.coordination.read_namespaced_lease(name, namespace, _request_timeout=self.timeout_s)
+        except API_ERRORS as e:
+            err = translate(e, f"read lease {namespace}/{name}")
+            if isinstance(err, NotFoundError):
+                return None
+            raise err from e
+        return self.to_dict(lease, "Lease")
+
+    def write_lease(self, namespace: str, body: Any, create: bool) -> Obj:
+        name = body["metadata"]["name"]
+        try:
+            if create:
+                lease = self.coordination.create_namespaced_lease(namespace, body, _request_timeout=self.timeout_s)
+            else:
+                lease = self.coordination.replace_namespaced_lease(
+                    name, namespace, body, _request_timeout=self.timeout_s
+                )
+        except API_ERRORS as e:
+            raise translate(e, f"write lease {namespace}/{name}") from e
+        return self.to_dict(lease, "Lease")

@@ -1,0 +1,63 @@
+"""Names on the wire: labels, annotations, taints and resources, as the GPU Operator and migctl spell them.
+
+Settings that let an operator rename a key (`planner.vram_resource`, `gpu_operator.layout_annotation`, ...)
+take their defaults from here; code that reads a fixed key uses the constant.
+"""
+
+from __future__ import annotations
+
+# -- NVIDIA GPU Operator: GPU Feature Discovery labels, mig-manager's labels, the device plugin's resources --------
+NVIDIA_PREFIX = "nvidia.com/"
+GPU_PRODUCT = "nvidia.com/gpu.product"  # GFD: the board's product name (NVML's name, spaces as dashes)
+GPU_COUNT = "nvidia.com/gpu.count"
+GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB
+MIG_CAPABLE = "nvidia.com/mig.capable"
+MIG_CONFIG = "nvidia.com/mig.config"  # mig-manager applies the mig-parted config of this name
+MIG_CONFIG_STATE = "nvidia.com/mig.config.state"  # ... and reports pending, success or failed here
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # `nvidia.com/mig-<profile>` (mixed strategy); GFD adds `.count`, `.memory`
+MIG_COUNT_SUFFIX = ".count"
+MIG_MEMORY_SUFFIX = ".memory"
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+
+# -- migctl's own keys ---------------------------------------------------------------------------------------------
+PREFIX = "migctl.io/"
+VRAM = PREFIX + "vram"  # the extended resource pods ask for VRAM with, and the pod annotation of the real need
+VRAM_CHOICE = PREFIX + "vram-choice"  # the webhook's decision on a pod (JSON)
+WEBHOOK_OPT_OUT = PREFIX + "webhook"  # pod annotation or namespace label: `disabled` opts out of the webhook
+GPUS = PREFIX + "gpus"  # the node agent's NVML inventory (JSON)
+LAYOUT = PREFIX + "layout"  # the controller's record of a node's per-GPU layout (JSON: `layout.encode`)
+EXCLUDE = PREFIX + "exclude"  # label `true`: nodes left alone; namespaces / pods neither planned for nor evicted
+PAUSED = PREFIX + "paused"  # on migctl's ConfigMap: `true` pauses new reconfigurations
+RECONFIGURING = PREFIX + "reconfiguring"  # the taint migctl sets on a node while it acts
+
+# The controller's phase annotations on a node it is changing (read strictly by controller/nodestate.py).
+PLAN_ID = PREFIX + "plan-id"
+PHASE = PREFIX + "phase"
+PHASE_SINCE = PREFIX + "phase-since"
+TARGET = PREFIX + "target"
+ROLLBACK = PREFIX + "rollback"
+# ... and its memory of a node between changes (guard rails).
+LAST_ATTEMPT = PREFIX + "last-attempt"
+LAST_CHANGE = PREFIX + "last-change"
+BACKOFF_UNTIL = PREFIX + "backoff-until"
+FAILURES = PREFIX + "failures"
+LAST_ERROR = PREFIX + "last-error"
+
+# The fallback scheduler's choice of GPU, written on the pod with its Binding (`values.gpu_placement`).
+GPU_INDEX = PREFIX + "gpu-index"
+GPU_UUID = PREFIX + "gpu-uuid"
+VISIBLE_DEVICES = PREFIX + "visible-devices"  # UUID when known, else the index: for NVIDIA_VISIBLE_DEVICES
+FALLBACK_SCHEDULER = "migctl"  # the spec.schedulerName of pods the fallback places
+
+WEBHOOK_NAME = "vram." + PREFIX.rstrip("/")  # the webhook's name inside its MutatingWebhookConfiguration
+
+# -- Kubernetes' recommended labels on the objects migctl creates ------------------------------------------------
+MANAGED_BY = "app.kubernetes.io/managed-by"
+COMPONENT = "app.kubernetes.io/component"
+PART_OF = "app.kubernetes.io/part-of"
+MIGCTL = "migctl"  # the value of those labels
+
+
+def is_nvidia(key: str) -> bool:
+    """A resource or label of NVIDIA's (GPUs, MIG instances, GFD)."""
+    return key.startswith(NVIDIA_PREFIX)
