@@ -12,8 +12,10 @@ from pathlib import Path
 import click
 
 from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
+from migctl.config import load_config
 from migctl.core.catalog import load_catalog
-from migctl.sim.names import ALL_POLICIES, DEFAULT_RECONFIG_S, DEFAULT_SIGMA, WORKLOADS
+from migctl.errors import InputError
+from migctl.sim.names import ALL_POLICIES, ANALYSIS, DEFAULT_POLICIES, DEFAULT_RECONFIG_S, DEFAULT_SIGMA, WORKLOADS
 
 
 def _json_safe(obj: object) -> object:
@@ -42,7 +44,12 @@ def _json_safe(obj: object) -> object:
     help="openb-slice (bundled), openb (1,213 nodes / 6,212 GPUs), openb/K (every K-th node), or NxG.",
 )
 @click.option("--model", default="h100-80gb", show_default=True, help="MIG model replacing every GPU.")
-@click.option("--policies", default=",".join(ALL_POLICIES), show_default=True, help="Comma-separated.")
+@click.option(
+    "--policies",
+    default=",".join(DEFAULT_POLICIES),
+    show_default=True,
+    help=f"Comma-separated. Also for analysis: {', '.join(ANALYSIS)} (docs/simulation.md).",
+)
 @click.option("--seeds", default="42,43", show_default=True, help="Comma-separated seeds, or A-B.")
 @click.option(
     "--reconfig-s",
@@ -59,6 +66,12 @@ def _json_safe(obj: object) -> object:
     help="Lognormal shape of the reconfiguration time (0: always --reconfig-s).",
 )
 @click.option("--batch", type=int, default=32, show_default=True, help="Arrivals per planning round (openb).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    help="migctl config file: migctl's policies run with its planner: and controller: settings (MIGCTL_* too).",
+)
 @click.option("--plot", "plot_dir", type=click.Path(path_type=Path), help="Write PNG plots into this directory.")
 @OUTPUT_OPTION
 def simulate_command(
@@ -70,6 +83,7 @@ def simulate_command(
     reconfig_s: float,
     reconfig_sigma: float,
     batch: int,
+    config_file: Path | None,
     plot_dir: Path | None,
     output: str,
 ) -> None:
@@ -96,8 +110,21 @@ def simulate_command(
         fail(f"cannot load the cluster or model: {e}")
     if reconfig_s < 0:
         fail("--reconfig-s must be >= 0")
+    try:
+        cfg = load_config(config_file)
+    except InputError as e:
+        fail(str(e))
     sc = Scenario(
-        workload, shape, gpu_model, chosen, seed_list, reconfig_s=reconfig_s, reconfig_sigma=reconfig_sigma, batch=batch
+        workload,
+        shape,
+        gpu_model,
+        chosen,
+        seed_list,
+        reconfig_s=reconfig_s,
+        reconfig_sigma=reconfig_sigma,
+        batch=batch,
+        planner=cfg.planner,
+        controller=cfg.controller,
     )
     try:
         sc.run()

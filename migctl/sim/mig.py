@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from migctl.config import ControllerSettings
 from migctl.core.catalog import GpuModel
 from migctl.core.geometry import CanonicalLayout, canonical
+from migctl.core.settings import PlannerSettings
 from migctl.sim.names import MIG_POLICIES
 from migctl.sim.state import Cluster, Placement
 from migctl.sim.timing import NVML_CREATE_S, ReconfigTime
@@ -240,15 +242,18 @@ def simulate(
     seed: int = 0,
     create_s: float = NVML_CREATE_S,
     initial: CanonicalLayout | None = None,
+    planner: PlannerSettings | None = None,
+    controller: ControllerSettings | None = None,
 ) -> RunResult:
     """Run one policy over `jobs`. `reconfig_s` is shorthand for a fixed reconfiguration time; `initial` is the
-    layout every GPU starts with when `policy` is a Policy object (a name brings its own)."""
+    layout every GPU starts with when `policy` is a Policy object (a name brings its own);
+    `planner` and `controller` are the settings a named migctl policy runs with (defaults when None)."""
     from migctl.sim.policies import make_policy
 
     timing = reconfig or (ReconfigTime(reconfig_s, 0.0) if reconfig_s is not None else ReconfigTime())
     jobs = sorted(jobs, key=lambda j: j.arrival)  # job id = arrival rank (pod names and tie-breaks follow it)
     if isinstance(policy, str):
-        cl, pol = make_policy(policy, jobs, node_gpus, model, seed=seed)
+        cl, pol = make_policy(policy, jobs, node_gpus, model, planner, controller, seed=seed)
     else:
         cl, pol = Cluster(node_gpus, model, initial), policy
     sim = Sim(jobs, cl, timing, np.random.default_rng(seed), not departures, create_s)

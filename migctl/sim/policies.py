@@ -12,7 +12,7 @@ from migctl.sim.baselines import Greedy, Hami, Nos
 from migctl.sim.controller import Controller
 from migctl.sim.fgd_mig import FgdMig
 from migctl.sim.mig import Policy
-from migctl.sim.names import MIG_POLICIES
+from migctl.sim.names import ANALYSIS, MIG_POLICIES
 from migctl.sim.shapes import Shapes, all_1g, balanced, best_static_mix, trace_mix
 from migctl.sim.state import Cluster
 from migctl.sim.workloads import Job
@@ -40,6 +40,10 @@ def make_policy(
         return cl, Greedy(name)
     if name == "migctl":
         return cl, Controller(planner, controller)
+    if name == "migctl-oracle-start":
+        for g, lay in zip(cl.gpus, best_static_mix(shapes, jobs, len(cl.gpus)), strict=True):
+            g.layout = Counter(dict(lay))
+        return cl, Controller(planner, controller)
     if name in ("first-fit", "best-fit"):
         return cl, Greedy(name)
     if name == "nos":
@@ -48,4 +52,4 @@ def make_policy(
         return cl, Hami(cl)
     if name == "fgd-mig":
         return cl, FgdMig(trace_mix(shapes, jobs))
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(MIG_POLICIES)}")
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join((*MIG_POLICIES, *ANALYSIS))}")

@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from migctl.config import ControllerSettings
 from migctl.core.catalog import GpuModel
+from migctl.core.settings import PlannerSettings
 from migctl.sim.continuous import MILLI, ContinuousSim, resample, typical_pods
 from migctl.sim.mig import RunResult, simulate
 from migctl.sim.names import ALL_POLICIES, CONTINUOUS, DEFAULT_RECONFIG_S, DEFAULT_SIGMA, MIG_POLICIES, WORKLOADS
@@ -121,6 +123,8 @@ class Scenario:
     batch: int = 32
     miso_gap_s: float = 20.0
     miso_copies: int = 3
+    planner: PlannerSettings | None = None  # migctl's settings (a config file's); defaults when None
+    controller: ControllerSettings | None = None
     runs: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     curves: dict[str, list[tuple[list[float], list[float], list[float]]]] = field(default_factory=dict)
     timelines: dict[str, list[Timeline]] = field(default_factory=dict)
@@ -163,6 +167,8 @@ class Scenario:
                 departures=False,
                 drop_unplaced=True,
                 seed=seed,
+                planner=self.planner,
+                controller=self.controller,
             )
             return summarize(res), curve_of(res), None
         if policy in CONTINUOUS:
@@ -170,7 +176,16 @@ class Scenario:
         wl = self._workload(seed)
         self.mapping, self.source = wl.mapping, wl.source
         nodes = self.cluster.nodes.gpus.tolist()
-        res = simulate(list(wl.jobs), nodes, self.model, policy, reconfig=self.timing, seed=seed)
+        res = simulate(
+            list(wl.jobs),
+            nodes,
+            self.model,
+            policy,
+            reconfig=self.timing,
+            seed=seed,
+            planner=self.planner,
+            controller=self.controller,
+        )
         return summarize(res), curve_of(res), timeline_of(res)
 
     def _workload(self, seed: int) -> Workload:

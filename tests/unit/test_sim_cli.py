@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from migctl.cli import cli
-from migctl.sim.scenario import ALL_POLICIES
+from migctl.sim.names import ANALYSIS, DEFAULT_POLICIES
 
 
 def test_default_run_prints_the_comparison_table() -> None:
@@ -18,8 +18,10 @@ def test_default_run_prints_the_comparison_table() -> None:
     res = CliRunner().invoke(cli, ["simulate", "--seeds", "42"])
     assert res.exit_code == 0, res.output
     assert time.perf_counter() - t0 < 30
-    for policy in ALL_POLICIES:
+    for policy in DEFAULT_POLICIES:
         assert policy in res.output
+    for policy in ANALYSIS:  # what-if variants run only when asked for
+        assert policy not in res.output
     assert "mapping: VRAM = gpu_milli/1000" in res.output
 
 
@@ -77,3 +79,33 @@ def test_runs_with_departures_also_plot_queue_and_allocation_over_time(tmp_path:
     assert max(tl.queued) > 0 and tl.t == sorted(tl.t)
     names = {p.name for p in plot(sc, tmp_path)}
     assert {"miso-1x4-h100-80gb-r60-queue.png", "miso-1x4-h100-80gb-r60-allocated.png"} <= names
+
+
+def test_config_file_drives_migctls_policies_and_bad_settings_name_their_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The simulator runs migctl with the settings `migctl run` would read. A tiny MISO-format trace (written
+    # here, so the test needs no shared data): with the defaults migctl cuts the uncut GPUs and places every
+    # job; a paused controller never starts a reconfiguration, so nothing is placed.
+    miso = tmp_path / "data" / "miso-socc22-profiles"
+    miso.mkdir(parents=True)
+    (miso / "job_models.json").write_text(json.dumps({str(i): "resnet_train64" for i in range(4)}))
+    (miso / "memory.json").write_text(json.dumps({"resnet": {"64": 9934}}))
+    (miso / "trace_100.json").write_text(json.dumps({str(i): 600 for i in range(4)}))
+    monkeypatch.setenv("MIGCTL_SIM_DATA", str(tmp_path / "data"))
+    args = ["simulate", "--workload", "miso", "--cluster", "1x2", "--seeds", "42", "--policies", "migctl", "-o", "json"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    default = json.loads(res.output)["metrics"]["migctl"]
+    paused = tmp_path / "paused.yaml"
+    paused.write_text("controller:\n  paused: true\n")
+    res = CliRunner().invoke(cli, [*args, "--config", str(paused)])
+    assert res.exit_code == 0, res.output
+    held = json.loads(res.output)["metrics"]["migctl"]
+    assert default["placed_pods_pct"]["mean"] == 100.0
+    assert held["placed_pods_pct"]["mean"] == 0.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("controller:\n  cooldown_s: -1\n")
+    res = CliRunner().invoke(cli, [*args, "--config", str(bad)])
+    assert res.exit_code == 2
+    assert "controller.cooldown_s" in res.output and str(bad) in res.output

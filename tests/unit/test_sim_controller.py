@@ -154,3 +154,15 @@ def test_the_simulators_pods_are_what_the_adapter_reads_from_the_same_live_pods(
     assert len(snap.pods) == 3
     for pod in snap.pods:
         assert pod_from_object(_as_object(pod), PlannerSettings()) == pod
+
+
+def test_oracle_start_begins_from_the_static_oracles_layouts_without_a_window() -> None:
+    # `migctl-oracle-start` (an analysis variant) is migctl with its cold start solved by an oracle: GPUs start
+    # with static-best-mix's layouts, so pods that those layouts serve start at once, where plain migctl first
+    # pays a node-wide window to cut its idle GPUs.
+    jobs = [Job(f"j{i}", 9 * GIB, arrival=float(i), duration=500.0) for i in range(6)]
+    timing = ReconfigTime(100.0, 0.0)
+    cold = simulate(jobs, [2], H100, "migctl", reconfig=timing)
+    warm = simulate(jobs, [2], H100, "migctl-oracle-start", reconfig=timing)
+    assert min(cold.wait_s) >= 100.0 and cold.windows >= 1
+    assert warm.wait_s == [0.0] * len(jobs) and warm.windows == 0
