@@ -80,6 +80,11 @@ def print_scale(res: dict[str, Any]) -> None:
         "(target <= 10, goal 3)"
     )
     print(
+        f"controller adapter: full conversion {res['adapter_full_s']:.3f} s, after one pod event "
+        f"{res['adapter_one_event_s']:.3f} s = {res['adapter_one_event_over_full']:.3f} of it (converted "
+        f"{res['adapter_one_event_converted']}; same snapshot as a fresh conversion: {res['adapter_one_event_same']})"
+    )
+    print(
         f"placed {res['pods_placed']}/{res['pending_pods']} (per tier {res['placed_by_tier']}; "
         f"{res['unplaceable_alone']} pods no node could ever serve), {res['gpus_reconfigured']} GPUs reconfigured"
     )

@@ -30,6 +30,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
+from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import MIG_CONFIG, snapshot_from_objects
 from migctl.config import Config
 from migctl.controller import events as ev
@@ -89,6 +90,7 @@ class Controller:
             watch_timeout_s=self.settings.watch_timeout_s,
             stop=self._stop,
         )
+        self.conversions = ConversionMemo()  # objects converted by the last reconcile, by uid + resourceVersion
         self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.term_stop = threading.Event()
@@ -427,7 +429,12 @@ class Controller:
                     continue
             objects.append(obj)
         snapshot = snapshot_from_objects(
-            objects, self.catalog, self.config.planner, self._operator_settings(), source="cluster cache"
+            objects,
+            self.catalog,
+            self.config.planner,
+            self._operator_settings(),
+            source="cluster cache",
+            memo=self.conversions,
         )
         for w in snapshot.warnings:
             log.debug("snapshot: %s", w)
