@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from migctl.adapters.port import ClusterApi
 from migctl.config import Config
 from migctl.controller import events as ev
 from migctl.controller.configmap import MIG_CONFIG, ConfigMapWriter
 from migctl.controller.events import EventSink
 from migctl.controller.guards import PHASE, PHASE_SINCE, PLAN_ID, EvictionLedger
-from migctl.controller.kubeapi import KubeApi, Obj, Stopped
+from migctl.controller.kubeapi import Obj, Stopped
 from migctl.controller.metrics import Metrics
 from migctl.controller.nodestate import Target
 
@@ -46,7 +47,7 @@ def taints_of(node: Obj) -> list[Obj]:
 class ActuatorBase:
     """The shared state of one actuator (one instance serves many nodes, one worker thread each)."""
 
-    kube: KubeApi
+    kube: ClusterApi
     config: Config
     configmaps: ConfigMapWriter
     events: EventSink

@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from migctl.adapters.port import ClusterApi
 from migctl.controller.errors import ConflictError
-from migctl.controller.kubeapi import KubeApi, Obj
+from migctl.controller.kubeapi import Obj
 from migctl.controller.nodestate import target_configs
 from migctl.core.migparted import (
     CONFIG_PREFIX,
@@ -71,7 +72,7 @@ class ConfigMapWriter:
 
     def __init__(
         self,
-        kube: KubeApi,
+        kube: ClusterApi,
         namespace: str,
         name: str,
         operator: GpuOperatorSettings,

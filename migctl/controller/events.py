@@ -10,8 +10,9 @@ import logging
 import socket
 
 from migctl.adapters.events import event_body
+from migctl.adapters.port import ClusterApi
 from migctl.controller.errors import KubeError
-from migctl.controller.kubeapi import KubeApi, Obj
+from migctl.controller.kubeapi import Obj
 
 log = logging.getLogger(__name__)
 COMPONENT = "migctl"
@@ -55,7 +56,7 @@ def pod_ref(key: str, uid: str | None = None) -> Obj:
 class EventSink:
     """Writes Events; `sent` keeps the last few for tests and debugging."""
 
-    def __init__(self, kube: KubeApi, instance: str | None = None) -> None:
+    def __init__(self, kube: ClusterApi, instance: str | None = None) -> None:
         self.kube = kube
         self.instance = instance or socket.gethostname()
         self.sent: list[tuple[str, str, str]] = []  # (object, reason, message)

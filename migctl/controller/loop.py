@@ -32,6 +32,7 @@ from kubernetes import client
 
 from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import MIG_CONFIG, snapshot_from_objects
+from migctl.adapters.port import ClusterApi, ObjectCache
 from migctl.config import Config
 from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target, abandoned
@@ -62,13 +63,17 @@ class Controller:
     def __init__(
         self,
         config: Config,
-        api_client: client.ApiClient,
+        api_client: client.ApiClient | None,
         *,
         catalog: Catalog | None = None,
         identity: str | None = None,
         hook: Hook | None = None,
         clock: Callable[[], float] = time.time,
+        connect: Callable[[threading.Event], ClusterApi] | None = None,
+        cache: ObjectCache | None = None,
     ) -> None:
+        """`connect(stop)` gives the API calls that stop when `stop` is set, and `cache` the watched objects
+        (both default to the real adapter on `api_client`; unit tests pass fakes of adapters/port.py)."""
         self.config, self.settings = config, config.controller
         self.api_client = api_client
         self.catalog = catalog or load_catalog(config.profiles_dirs)
@@ -76,11 +81,12 @@ class Controller:
         self.hook, self.clock = hook, clock
         self.metrics = Metrics()
         self._stop = threading.Event()
-        self.kube = KubeApi(api_client, **self._api_kwargs(), stop=self._stop)  # reads, Events, the Lease
+        self._connect = connect or self._kube_api
+        self.kube = self._connect(self._stop)  # reads and Events
         self.events = EventSink(self.kube, self.identity)
         self.ledger = EvictionLedger()
-        self.cache = ClusterCache(
-            api_client,
+        self.cache: ObjectCache = cache or ClusterCache(
+            self._client(),
             node_selector=self.settings.node_selector,
             configmaps=[
                 (self.settings.configmap_namespace, self.settings.configmap_name),
@@ -114,9 +120,15 @@ class Controller:
         self.strays: set[str] = set()  # in-flight nodes that left node_selector (or were never in the cache)
         self.resume_after: dict[str, tuple[float, int]] = {}  # node -> (not before, failed resumes in a row)
 
-    def _api_kwargs(self) -> dict[str, Any]:
+    def _client(self) -> client.ApiClient:
+        if self.api_client is None:
+            raise ValueError("no API client: pass one, or both connect= and cache=")
+        return self.api_client
+
+    def _kube_api(self, stop: threading.Event) -> KubeApi:
         s = self.settings
-        return {"attempts": s.api_retry_attempts, "max_wait_s": s.api_retry_max_wait_s, "timeout_s": s.api_timeout_s}
+        return KubeApi(self._client(), attempts=s.api_retry_attempts, max_wait_s=s.api_retry_max_wait_s,
+                       timeout_s=s.api_timeout_s, stop=stop)  # fmt: skip
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -147,7 +159,9 @@ class Controller:
         self.scheduler.start()
         le = self.settings.leader_election
         if le.enabled and not self.settings.dry_run:
-            self.elector = LeaderElector(self.kube, le, self.identity, self._started_leading, self._stopped_leading)
+            self.elector = LeaderElector(
+                self._kube_api(self._stop), le, self.identity, self._started_leading, self._stopped_leading
+            )
             self.elector.start()
         else:
             self._started_leading()  # dry run takes no Lease: it writes nothing but Events
@@ -181,7 +195,7 @@ class Controller:
         if self._stop.is_set():
             return
         self.term_stop = threading.Event()
-        kube = KubeApi(self.api_client, **self._api_kwargs(), stop=self.term_stop)
+        kube = self._connect(self.term_stop)
         self.actuator = Actuator(
             kube=kube,
             config=self.config,
