@@ -77,7 +77,13 @@ def print_scale(res: dict[str, Any]) -> None:
     print(
         f"whole processes: `migctl plan --snapshot FILE -o json` {res['dry_run_process_s']:.3f} s / "
         f"`python -c json.load(FILE)` {res['load_process_s']:.3f} s = {res['dry_run_over_load']:.2f} "
-        "(target <= 10, goal 3)"
+        "(target <= 10, goal 3); CPU seconds "
+        f"{res['dry_run_process_cpu_s']:.3f} / {res['load_process_cpu_s']:.3f} = {res['dry_run_cpu_over_load']:.2f}"
+    )
+    print(
+        f"controller adapter: full conversion {res['adapter_full_s']:.3f} s, after one pod event "
+        f"{res['adapter_one_event_s']:.3f} s = {res['adapter_one_event_over_full']:.3f} of it (converted "
+        f"{res['adapter_one_event_converted']}; same snapshot as a fresh conversion: {res['adapter_one_event_same']})"
     )
     print(
         f"placed {res['pods_placed']}/{res['pending_pods']} (per tier {res['placed_by_tier']}; "

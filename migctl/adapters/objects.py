@@ -13,7 +13,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from migctl.adapters.fields import mapping, maps, short
+from migctl.adapters.memo import ConversionMemo, NodeOutcome, PodOutcome
 from migctl.adapters.pods import meta_of, pod_from_object, quantity_at
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core import label_values
@@ -480,9 +481,14 @@ def snapshot_from_objects(
     settings: PlannerSettings | None = None,
     operator: GpuOperatorSettings | None = None,
     source: str = "snapshot",
+    memo: ConversionMemo | None = None,
 ) -> Snapshot:
+    """The planner's view of `objects`. With `memo` (the controller's), an object version converted for the
+    last snapshot is not converted again (memo.py); the snapshot is the same either way."""
     settings = settings or PlannerSettings()
     operator = operator or GpuOperatorSettings()
+    memo = memo or ConversionMemo()
+    memo.begin((catalog, settings, operator))
     catalog = catalog.readable_by(operator.mig_parted_version)  # never plan a name mig-manager cannot parse
     objs = _sort(objects, source)
     warnings: list[str] = []
@@ -499,10 +505,9 @@ def snapshot_from_objects(
             continue
         if meta.get("deletionTimestamp"):
             continue
-        notes: list[str] = []
-        try:
-            pod = pod_from_object(obj, settings, notes)
-        except OBJECT_ERRORS as e:
+        outcome = memo.pod(obj, lambda o=obj: _convert_pod(o, settings))  # type: ignore[misc]
+        if outcome.error is not None:
+            e = outcome.error
             spec = obj.get("spec")
             bound = spec.get("nodeName") if isinstance(spec, Mapping) else None
             status = obj.get("status")
@@ -513,7 +518,9 @@ def snapshot_from_objects(
             else:
                 rejected.append((key, f"invalid pod spec: {_why(e)}"))
             continue
-        for note in notes:
+        pod = outcome.pod
+        assert pod is not None
+        for note in outcome.notes:
             ctx.warn(f"pod {key}", note, "Pod")
         if pod.phase in TERMINAL:
             continue
@@ -555,14 +562,40 @@ def snapshot_from_objects(
         if last_node[name] != i:
             ctx.warn(f"node {name}", "listed more than once; the last copy counts", "Node")
             continue
+        on_node, cant_read = tuple(by_node.get(name, ())), tuple(unreadable.get(name, ()))
         try:
-            node = _node(obj, by_node.get(name, []), ctx, unreadable.get(name, ()))
+            done = memo.node(
+                obj,
+                (on_node, cant_read, ctx.mig_parted_source),
+                ctx.mig_parted,
+                lambda o=obj, p=on_node, u=cant_read: _convert_node(o, p, ctx, u),  # type: ignore[misc]
+            )
         except OBJECT_ERRORS as e:
             ctx.warn(f"node {name}", f"unreadable ({_why(e)}); node skipped", "Node")
             continue
-        if node is not None:
-            nodes.append(node)
+        warnings.extend(done.warnings)
+        ctx.problems.extend(done.problems)
+        if done.node is not None:
+            nodes.append(done.node)
+    memo.end()
     return Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected), tuple(ctx.problems))
+
+
+def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings) -> PodOutcome:
+    notes: list[str] = []
+    try:
+        return PodOutcome(pod_from_object(obj, settings, notes), tuple(notes))
+    except OBJECT_ERRORS as e:
+        return PodOutcome(None, (), e)
+
+
+def _convert_node(obj: Mapping[str, Any], pods: tuple[Pod, ...], ctx: _Ctx, unreadable: tuple[str, ...]) -> NodeOutcome:
+    """One node, its warnings and problems collected apart (the memo replays them when it reuses the node)."""
+    own = replace(ctx, warnings=[], problems=[])
+    node = _node(obj, pods, own, unreadable)
+    return NodeOutcome(
+        (pods, unreadable, ctx.mig_parted_source), ctx.mig_parted, node, tuple(own.warnings), tuple(own.problems)
+    )
 
 
 def _why(e: BaseException) -> str:

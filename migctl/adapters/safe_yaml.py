@@ -94,12 +94,16 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def _check_plain_depth(doc: Any) -> None:
-    stack: list[tuple[Any, int]] = [(doc, 1)]
-    while stack:
-        value, depth = stack.pop()
+    """Nesting of a parsed JSON document, level by level: only containers are queued (scalars, most of a
+    snapshot's values, are looked at once), which keeps this a small fraction of the C parse before it."""
+    level, depth = [doc], 1
+    while level:
         if depth > MAX_DEPTH:
             raise UnsafeInputError(f"nested deeper than {MAX_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
+        nxt: list[Any] = []
+        for value in level:
+            if isinstance(value, dict):
+                nxt += [v for v in value.values() if isinstance(v, dict | list)]
+            elif isinstance(value, list):
+                nxt += [v for v in value if isinstance(v, dict | list)]
+        level, depth = nxt, depth + 1

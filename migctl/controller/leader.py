@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from migctl.adapters.kube.errors import KubeError
-from migctl.adapters.kube.interface import ControllerApi, Obj
+from migctl.adapters.kube.interface import LeaderApi, Obj
 from migctl.config import LeaderElectionSettings
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def _micro_time() -> str:
 class LeaderElector:
     def __init__(
         self,
-        kube: ControllerApi,
+        kube: LeaderApi,
         settings: LeaderElectionSettings,
         identity: str,
         on_started: Callable[[], None],

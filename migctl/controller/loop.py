@@ -32,6 +32,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from migctl.adapters.kube import ApiClient, KubeApi, Obj, Stopped
 from migctl.adapters.kube.cache import ClusterCache, fingerprint
 from migctl.adapters.kube.errors import KubeError
+from migctl.adapters.kube.interface import ControllerApi, ObjectCache
+from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.config import Config
 from migctl.controller import events as ev
@@ -61,13 +63,17 @@ class Controller:
     def __init__(
         self,
         config: Config,
-        api_client: ApiClient,
+        api_client: ApiClient | None,
         *,
         catalog: Catalog | None = None,
         identity: str | None = None,
         hook: Hook | None = None,
         clock: Callable[[], float] = time.time,
+        connect: Callable[[threading.Event], ControllerApi] | None = None,
+        cache: ObjectCache | None = None,
     ) -> None:
+        """`connect(stop)` gives the API calls that stop when `stop` is set, and `cache` the watched objects
+        (both default to the real adapter on `api_client`; unit tests pass fakes of adapters/kube/interface.py)."""
         self.config, self.settings = config, config.controller
         self.api_client = api_client
         self.catalog = catalog or load_catalog(config.profiles_dirs)
@@ -75,11 +81,12 @@ class Controller:
         self.hook, self.clock = hook, clock
         self.metrics = Metrics()
         self._stop = threading.Event()
-        self.kube = KubeApi(api_client, **self._api_kwargs(), stop=self._stop)  # reads, Events, the Lease
+        self._connect = connect or self._kube_api
+        self.kube = self._connect(self._stop)  # reads and Events
         self.events = EventSink(self.kube, self.identity)
         self.ledger = EvictionLedger()
-        self.cache = ClusterCache(
-            api_client,
+        self.cache: ObjectCache = cache or ClusterCache(
+            self._client(),
             node_selector=self.settings.node_selector,
             configmaps=[
                 (self.settings.configmap_namespace, self.settings.configmap_name),
@@ -89,6 +96,7 @@ class Controller:
             watch_timeout_s=self.settings.watch_timeout_s,
             stop=self._stop,
         )
+        self.conversions = ConversionMemo()  # objects converted by the last reconcile, by uid + resourceVersion
         self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.term_stop = threading.Event()
@@ -112,9 +120,15 @@ class Controller:
         self.strays: set[str] = set()  # in-flight nodes that left node_selector (or were never in the cache)
         self.resume_after: dict[str, tuple[float, int]] = {}  # node -> (not before, failed resumes in a row)
 
-    def _api_kwargs(self) -> dict[str, Any]:
+    def _client(self) -> ApiClient:
+        if self.api_client is None:
+            raise ValueError("no API client: pass one, or both connect= and cache=")
+        return self.api_client
+
+    def _kube_api(self, stop: threading.Event) -> KubeApi:
         s = self.settings
-        return {"attempts": s.api_retry_attempts, "max_wait_s": s.api_retry_max_wait_s, "timeout_s": s.api_timeout_s}
+        return KubeApi(self._client(), attempts=s.api_retry_attempts, max_wait_s=s.api_retry_max_wait_s,
+                       timeout_s=s.api_timeout_s, stop=stop)  # fmt: skip
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -145,7 +159,9 @@ class Controller:
         self.scheduler.start()
         le = self.settings.leader_election
         if le.enabled and not self.settings.dry_run:
-            self.elector = LeaderElector(self.kube, le, self.identity, self._started_leading, self._stopped_leading)
+            self.elector = LeaderElector(
+                self._kube_api(self._stop), le, self.identity, self._started_leading, self._stopped_leading
+            )
             self.elector.start()
         else:
             self._started_leading()  # dry run takes no Lease: it writes nothing but Events
@@ -179,7 +195,7 @@ class Controller:
         if self._stop.is_set():
             return
         self.term_stop = threading.Event()
-        kube = KubeApi(self.api_client, **self._api_kwargs(), stop=self.term_stop)
+        kube = self._connect(self.term_stop)
         self.actuator = Actuator(
             kube=kube,
             config=self.config,
@@ -427,7 +443,12 @@ class Controller:
                     continue
             objects.append(obj)
         snapshot = snapshot_from_objects(
-            objects, self.catalog, self.config.planner, self._operator_settings(), source="cluster cache"
+            objects,
+            self.catalog,
+            self.config.planner,
+            self._operator_settings(),
+            source="cluster cache",
+            memo=self.conversions,
         )
         for w in snapshot.warnings:
             log.debug("snapshot: %s", w)

@@ -145,9 +145,7 @@ class MigPartedAudit:
 
     def __init__(self, cp: ControlPlane, check: MigPartedCheck) -> None:
         self.cp, self.mig_parted = cp, check
-        self.checked: dict[
-            tuple[str, str, str], Verdict | None
-        ] = {}  # (ns, name, rv) -> verdict; None: being checked
+        self.checked: dict[tuple[str, str, str], Verdict | None] = {}  # (ns, name, rv) -> verdict; None: being checked
         self.failures: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -1,6 +1,6 @@
-"""The actuator's state machine against an in-memory API (merge patches, resourceVersion checks) and a stand-in
-mig-manager that answers every label change at once: whatever phase annotations a node carries (fuzzed), one
-`drive` ends with the node untainted and free of phase annotations, and never raises.
+"""The actuator's state machine against the in-memory cluster of fake_cluster.py (merge patches, resourceVersion
+checks) and a stand-in mig-manager that answers every label change at once: whatever phase annotations a node
+carries (fuzzed), one `drive` ends with the node untainted and free of phase annotations, and never raises.
 
 Not Kubernetes: the cluster tier (test_crash_points.py, test_actuator_faults.py) runs the same paths against a
 real kube-apiserver; this tier is here to cover many more inputs, fast.
@@ -8,16 +8,13 @@ real kube-apiserver; this tier is here to cover many more inputs, fast.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from migctl.adapters.kube.errors import ConflictError
 from migctl.config import Config
 from migctl.controller.actuator import Actuator
 from migctl.controller.configmap import ConfigMapWriter
@@ -26,88 +23,33 @@ from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target
 
+from .fake_cluster import FakeCluster, Obj
 from .test_controller_nodestate import GOOD, TARGET, annotations
 
 TAINT = "migctl.io/reconfiguring"
-Obj = dict[str, Any]
 
 
-def merge(base: Obj, patch: Obj) -> Obj:
-    """RFC 7386 JSON merge patch (lists replace, null deletes)."""
-    out = dict(base)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-class FakeKube:
-    """One node, its Events, a ConfigMap; mig-manager answers `answer(config)` when the config label changes."""
+class FakeKube(FakeCluster):
+    """One node "n" of the shared in-memory cluster; mig-manager answers `answer(config)` to every label change."""
 
     def __init__(self, node: Obj, answer: Callable[[str], str]) -> None:
-        self.node, self.answer, self.rv = node, answer, 1
-        self.node["metadata"]["resourceVersion"] = "1"
-        self.events: list[Obj] = []
-        self.cm: Obj | None = None
+        super().__init__([{"kind": "Node", **node}])
+        self.answer = answer
 
-    def read_node(self, name: str) -> Obj:
-        return copy.deepcopy(self.node)
+    @property
+    def node(self) -> Obj:
+        return self.nodes["n"]
 
-    def patch_node(self, name: str, patch: Obj, what: str = "patch") -> Obj:
-        rv = (patch.get("metadata") or {}).get("resourceVersion")
-        if rv is not None and rv != self.node["metadata"]["resourceVersion"]:
-            raise ConflictError(what, 409, "conflict")
-        before = (self.node["metadata"].get("labels") or {}).get("nvidia.com/mig.config")
-        self.node = merge(self.node, patch)
-        self.rv += 1
-        self.node["metadata"]["resourceVersion"] = str(self.rv)
-        label = (self.node["metadata"].get("labels") or {}).get("nvidia.com/mig.config")
-        if label and label != before:
-            self.node["metadata"]["labels"]["nvidia.com/mig.config.state"] = self.answer(label)
-        return self.read_node(name)
-
-    def update_node(self, name: str, mutate: Callable[[Obj], Obj | None], what: str = "update") -> Obj:
-        node = self.read_node(name)
-        patch = mutate(node)
-        if patch is None:
-            return node
-        meta = {**(patch.get("metadata") or {}), "resourceVersion": node["metadata"]["resourceVersion"]}
-        return self.patch_node(name, {**patch, "metadata": meta})
-
-    def list_nodes(self) -> list[Obj]:
-        return [self.read_node("")]
-
-    def list_pods_on_node(self, node: str) -> list[Obj]:
-        return []
-
-    def evict(self, namespace: str, name: str) -> str:
-        return "gone"
-
-    def read_configmap(self, namespace: str, name: str) -> Obj | None:
-        return copy.deepcopy(self.cm)
-
-    def create_configmap(self, namespace: str, body: Obj) -> Obj:
-        self.cm = copy.deepcopy(body)
-        return body
-
-    def replace_configmap(self, namespace: str, body: Obj) -> Obj:
-        return self.create_configmap(namespace, body)
-
-    def create_event(self, namespace: str, body: Obj) -> None:
-        self.events.append(body)
+    def mig_manager(self, name: str, config: str) -> None:
+        self.nodes[name]["metadata"]["labels"]["nvidia.com/mig.config.state"] = self.answer(config)
 
 
 def actuator(kube: FakeKube) -> Actuator:
     cfg = Config.model_validate({"controller": {"poll_interval_s": 0.001, "eviction_timeout_s": 5,
                                                 "mig_manager_timeout_s": 5, "verify_timeout_s": 5}})  # fmt: skip
     clock = itertools.count(1_800_000_000.0, 1.0)  # one second per reading: every timeout passes quickly
-    api: Any = kube
-    writer = ConfigMapWriter(api, "ns", "cm", cfg.gpu_operator, set)
-    return Actuator(kube=api, config=cfg, configmaps=writer, events=EventSink(api, "test"), metrics=Metrics(),
+    writer = ConfigMapWriter(kube, "ns", "cm", cfg.gpu_operator, set)
+    return Actuator(kube=kube, config=cfg, configmaps=writer, events=EventSink(kube, "test"), metrics=Metrics(),
                     ledger=EvictionLedger(), stop=threading.Event(), clock=lambda: next(clock))  # fmt: skip
 
 

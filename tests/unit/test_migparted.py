@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from migctl.core.migparted import GpuConfig, config_name, forget_parsed, parse, render, resolve
 from migctl.errors import InputError
@@ -152,9 +155,28 @@ def test_parsed_configs_are_cached_by_text_and_errors_are_not() -> None:
 
 
 def test_rendering_writes_no_filter_when_none_is_given() -> None:
-    """An unchanged rendering keeps existing ConfigMaps byte-identical (no rewrite after an upgrade)."""
+    """An unchanged rendering keeps existing ConfigMaps byte-identical (no rewrite after an upgrade); the form is
+    JSON (which is YAML), one named config per line."""
     text = render({"x": {0: GpuConfig.mig({"1g.10gb": 2}), 1: GpuConfig.disabled()}}).to_yaml()
     assert text == (
-        "version: v1\nmig-configs:\n  x:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {1g.10gb: 2}\n"
-        "  - devices: [1]\n    mig-enabled: false\n"
+        '{"version": "v1", "mig-configs": {\n'
+        '  "x": [{"devices": [0], "mig-enabled": true, "mig-devices": {"1g.10gb": 2}}, '
+        '{"devices": [1], "mig-enabled": false}]\n'
+        "}}\n"
     )
+
+
+def test_json_and_yaml_forms_of_one_config_read_the_same() -> None:
+    """The JSON fast path reads what the YAML reader reads, and text that only looks like JSON falls back."""
+    cfg = render({"x": EIGHT_GPU_NODE})
+    as_json = cfg.to_yaml()
+    as_yaml = yaml.safe_dump(json.loads(as_json), sort_keys=False)
+    assert parse(as_json, "json") == parse(as_yaml, "yaml") == cfg
+    flow = "{version: v1, mig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {1g.10gb: 7}}]}}"
+    assert list(parse(flow, "flow").mig_configs) == ["a"]
+
+
+def test_json_config_nested_too_deep_is_refused() -> None:
+    deep = '{"version": "v1", "mig-configs": {"a": [{"devices": ' + "[" * 40 + "]" * 40 + "}]}}"
+    with pytest.raises(InputError, match="nested deeper than"):
+        parse(deep, "deep")

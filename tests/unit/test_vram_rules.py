@@ -62,9 +62,7 @@ def decide_on(p: dict[str, Any], index: OfferIndex, **kw: Any) -> VramDecision:
         ([(70, False), (4, True)], [], [70], [0, 0]),  # an init before a sidecar hands its instance on
     ],
 )
-def test_shared_instances(
-    inits: list[tuple[int, bool]], apps: list[int], sizes: list[int], where: list[int]
-) -> None:
+def test_shared_instances(inits: list[tuple[int, bool]], apps: list[int], sizes: list[int], where: list[int]) -> None:
     assert shared_instances(inits, apps) == (sizes, where)
 
 

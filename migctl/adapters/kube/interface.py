@@ -1,6 +1,11 @@
-"""What each component needs of the Kubernetes adapter, as protocols: `KubeApi` provides them all, and a test
-fake provides only its component's few methods. Objects are plain dicts; failures raise the `errors` family.
-(The webhook's needs are the small protocols beside their users: `CertApi`, `ViewApi`, `EventApi`.)
+"""What each component needs of the Kubernetes adapter, as protocols: the seam between them and the adapter.
+
+`KubeApi` and `ClusterCache` provide them all; the test fakes (tests/unit/fake_cluster.py: `FakeCluster`,
+`FakeCache`) provide the controller's, and mypy checks both against these definitions (the fakes are in
+`make lint`'s mypy run), so a fake cannot drift from the calls the code really makes. Objects are plain dicts
+(`kubectl -o json`); failures raise the `errors` family (a conditional write that lost: ConflictError, a
+missing object: NotFoundError). The webhook's needs are the small protocols beside their users: `CertApi`,
+`ViewApi`, `EventApi`.
 """
 
 from __future__ import annotations
@@ -22,18 +27,58 @@ class AgentApi(Protocol):
 
 
 class ControllerApi(EventApi, AgentApi, Protocol):
-    """The controller's writes and fresh reads (its view of the cluster is the `cache`)."""
+    """The controller's writes and fresh reads: the actuator, the ConfigMap writer, the Event sink and the
+    reconcile loop (its view of the cluster is the `ObjectCache`). `patch_node` with
+    metadata.resourceVersion is conditional (ConflictError)."""
 
     def read_node(self, name: str) -> Obj: ...
-    def update_node(self, name: str, mutate: Callable[[Obj], Obj | None], what: str = "update") -> Obj: ...
+
+    def update_node(self, name: str, mutate: Callable[[Obj], Obj | None], what: str = "update") -> Obj:
+        """Read, `mutate` to a merge patch (None: nothing to do), write only if unchanged since the read."""
+        ...
+
     def list_nodes(self) -> list[Obj]: ...
     def list_pods_on_node(self, node: str) -> list[Obj]: ...
-    def evict(self, namespace: str, name: str) -> str: ...
+
+    def evict(self, namespace: str, name: str) -> str:
+        """Through the Eviction API: `evicted`, `gone` (404) or `blocked` (429, a PodDisruptionBudget)."""
+        ...
+
     def read_configmap(self, namespace: str, name: str) -> Obj | None: ...
     def create_configmap(self, namespace: str, body: Any) -> Obj: ...
-    def replace_configmap(self, namespace: str, body: Any) -> Obj: ...
+
+    def replace_configmap(self, namespace: str, body: Any) -> Obj:
+        """Conditional on body.metadata.resourceVersion (ConflictError if someone else wrote first)."""
+        ...
+
+
+class LeaderApi(Protocol):
+    """Leader election: the Lease."""
+
     def read_lease(self, namespace: str, name: str) -> Obj | None: ...
     def write_lease(self, namespace: str, body: Any, create: bool) -> Obj: ...
+
+
+class ObjectList(Protocol):
+    def items(self) -> list[Obj]: ...
+
+
+class ObjectCache(Protocol):
+    """The watched objects a reconcile plans from (nodes, pods, namespaces, the mig-parted ConfigMaps)."""
+
+    @property
+    def nodes(self) -> ObjectList: ...
+
+    def start(self) -> None: ...
+    def synced(self) -> bool: ...
+    def wait_synced(self, timeout: float) -> bool: ...
+    def configmap(self, namespace: str, name: str) -> Obj | None: ...
+
+    def objects(self) -> list[Obj]:
+        """Nodes, pods and the watched ConfigMaps, as `kubectl get -o json` items."""
+        ...
+
+    def namespace_labels(self) -> dict[str, dict[str, str]]: ...
 
 
 class FallbackApi(EventApi, Protocol):

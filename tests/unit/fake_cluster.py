@@ -1,0 +1,263 @@
+"""In-memory fakes of migctl's Kubernetes seam (adapters/kube/interface.py) and a fake clock, for fast tests of the
+actuator's state machine and the reconcile loop.
+
+`FakeCluster` implements `ControllerApi` (mypy checks it: this file is in `make lint`'s mypy run): nodes, pods,
+ConfigMaps and Events as plain dicts, JSON merge patches, resourceVersion checks (ConflictError, as the API
+server answers 409), the Eviction API (`blocked` for pods a PodDisruptionBudget protects). `FakeCache` is the
+`ObjectCache` over it (an informer that is always in sync).
+
+SIMULATED: NVIDIA mig-manager, the device plugin and GFD, at their real interface only, as
+tests/cluster/sim_gpu_operator.py does against a real API server: when a node's `nvidia.com/mig.config` label
+changes, `mig_manager` reads the named config from the ConfigMap (migctl's own parser), then sets
+`nvidia.com/mig.config.state` and, on success, allocatable `nvidia.com/mig-<p>` and GFD `mig-<p>.count`.
+Faults per config, as sim_gpu_operator's: `fail_configs` (state failed), `hang_configs` (stays pending: a
+mig-manager timeout), `no_capacity_configs` (success, but the device plugin never re-registers: a verify
+timeout).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from migctl.adapters.kube.errors import ConflictError, NotFoundError
+from migctl.adapters.kube.interface import ControllerApi, ObjectCache, ObjectList
+from migctl.core.migparted import parse, resolve
+from migctl.core.naming import resource_name
+
+Obj = dict[str, Any]
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
+
+
+class FakeClock:
+    """Seconds since the epoch that move only when told: by `advance`, or by `tick` at every reading (so a
+    loop that polls until a timeout ends after timeout / tick readings, whatever the wall clock does)."""
+
+    def __init__(self, start: float = 1_800_000_000.0, tick: float = 0.0) -> None:
+        self.now, self.tick = start, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def merge(base: Obj, patch: Obj) -> Obj:
+    """RFC 7386 JSON merge patch (lists replace, null deletes)."""
+    out = dict(base)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _key(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+
+
+class FakeCluster:
+    """The API server's side of `ControllerApi`, in memory. Every write bumps the object's resourceVersion."""
+
+    def __init__(self, objects: Iterable[Obj] = ()) -> None:
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[str, Obj] = {}
+        self.configmaps: dict[str, Obj] = {}
+        self.events: list[Obj] = []
+        self.calls: list[str] = []  # every write, in order ("patch_node n1", "evict ns/p", ...)
+        self.blocked: set[str] = set()  # pod keys a PodDisruptionBudget protects (eviction answers 429)
+        self.fail_configs: set[str] = set()
+        self.hang_configs: set[str] = set()
+        self.no_capacity_configs: set[str] = set()
+        self.mig_parted_key = "config.yaml"
+        self._rv = 100
+        for o in objects:
+            self.add(o)
+
+    # -- the test's own hands on the cluster --------------------------------------------------------------
+
+    def add(self, obj: Obj) -> None:
+        obj = copy.deepcopy(obj)
+        store = {"Node": self.nodes, "Pod": self.pods, "ConfigMap": self.configmaps}[obj["kind"]]
+        self._bump(obj)
+        store[_key(obj)] = obj
+
+    def _bump(self, obj: Obj) -> None:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+
+    def reasons(self) -> list[str]:
+        return [str(e.get("reason")) for e in self.events]
+
+    # -- ControllerApi -----------------------------------------------------------------------------------------
+
+    def read_node(self, name: str) -> Obj:
+        if name not in self.nodes:
+            raise NotFoundError(f"read node {name}", 404, "not found")
+        return copy.deepcopy(self.nodes[name])
+
+    def patch_node(self, name: str, patch: Obj, what: str = "patch") -> Obj:
+        node = self.read_node(name)
+        rv = (patch.get("metadata") or {}).get("resourceVersion")
+        if rv is not None and rv != node["metadata"]["resourceVersion"]:
+            raise ConflictError(f"{what} node {name}", 409, "the object has been modified")
+        before = (node["metadata"].get("labels") or {}).get(MIG_CONFIG)
+        new = merge(node, patch)
+        self._bump(new)
+        self.nodes[name] = new
+        self.calls.append(f"patch_node {name} ({what})")
+        label = (new["metadata"].get("labels") or {}).get(MIG_CONFIG)
+        if label and label != before:
+            self.mig_manager(name, label)
+        return self.read_node(name)
+
+    def update_node(self, name: str, mutate: Callable[[Obj], Obj | None], what: str = "update") -> Obj:
+        for _ in range(20):
+            node = self.read_node(name)
+            patch = mutate(node)
+            if patch is None:
+                return node
+            meta = {**(patch.get("metadata") or {}), "resourceVersion": node["metadata"]["resourceVersion"]}
+            try:
+                return self.patch_node(name, {**patch, "metadata": meta}, what)
+            except ConflictError:
+                continue
+        raise ConflictError(f"{what} node {name}", 409, "still conflicting after 20 re-reads")
+
+    def list_nodes(self) -> list[Obj]:
+        return [copy.deepcopy(n) for n in self.nodes.values()]
+
+    def list_pods_on_node(self, node: str) -> list[Obj]:
+        return [copy.deepcopy(p) for p in self.pods.values() if (p.get("spec") or {}).get("nodeName") == node]
+
+    def evict(self, namespace: str, name: str) -> str:
+        key = f"{namespace}/{name}"
+        self.calls.append(f"evict {key}")
+        if key in self.blocked:
+            return "blocked"
+        return "evicted" if self.pods.pop(key, None) is not None else "gone"
+
+    def read_configmap(self, namespace: str, name: str) -> Obj | None:
+        cm = self.configmaps.get(f"{namespace}/{name}")
+        return copy.deepcopy(cm) if cm is not None else None
+
+    def create_configmap(self, namespace: str, body: Any) -> Obj:
+        key = f"{namespace}/{body['metadata']['name']}"
+        if key in self.configmaps:
+            raise ConflictError(f"create configmap {key}", 409, "already exists")
+        obj = merge({"kind": "ConfigMap"}, body)
+        obj["metadata"]["namespace"] = namespace
+        self._bump(obj)
+        self.configmaps[key] = obj
+        self.calls.append(f"create_configmap {key}")
+        return copy.deepcopy(obj)
+
+    def replace_configmap(self, namespace: str, body: Any) -> Obj:
+        key = f"{namespace}/{body['metadata']['name']}"
+        old = self.configmaps.get(key)
+        if old is None:
+            raise NotFoundError(f"replace configmap {key}", 404, "not found")
+        if body["metadata"].get("resourceVersion") != old["metadata"]["resourceVersion"]:
+            raise ConflictError(f"replace configmap {key}", 409, "the object has been modified")
+        obj = copy.deepcopy(body)
+        self._bump(obj)
+        self.configmaps[key] = obj
+        self.calls.append(f"replace_configmap {key}")
+        return copy.deepcopy(obj)
+
+    def create_event(self, namespace: str, body: Any) -> None:
+        self.events.append(copy.deepcopy(body))
+
+    # -- SIMULATED mig-manager + device plugin + GFD (see the module docstring) ------------------------------
+
+    def mig_manager(self, name: str, config: str) -> None:
+        node = self.nodes[name]
+        labels = node["metadata"].setdefault("labels", {})
+        if config in self.hang_configs:
+            labels[MIG_STATE] = "pending"
+            return
+        if config in self.fail_configs:
+            labels[MIG_STATE] = "failed"
+            return
+        layout = self._layout(config, int(labels.get("nvidia.com/gpu.count", "1")))
+        if layout is None:
+            labels[MIG_STATE] = "failed"  # no such config in any ConfigMap: mig-manager fails
+            return
+        if config not in self.no_capacity_configs:
+            alloc = node["status"]["allocatable"]
+            for k in [k for k in alloc if k.startswith("nvidia.com/mig-")]:
+                alloc[k] = "0"  # the device plugin leaves vanished resources at zero
+            for k in [k for k in labels if k.startswith("nvidia.com/mig-") and k.endswith(".count")]:
+                del labels[k]
+            for resource, n in layout.items():
+                alloc[resource] = str(n)
+                labels[f"{resource}.count"] = str(n)
+            node["status"]["capacity"] = dict(alloc)
+        labels[MIG_STATE] = "success"
+
+    def _layout(self, config: str, gpus: int) -> Counter[str] | None:
+        for cm in self.configmaps.values():
+            text = (cm.get("data") or {}).get(self.mig_parted_key)
+            if not text:
+                continue
+            parsed = parse(str(text), "fake mig-manager")
+            if config in parsed.mig_configs:
+                out: Counter[str] = Counter()
+                for cfg in resolve(parsed, config, [(i, None) for i in range(gpus)]).values():
+                    for profile, n in cfg.layout:
+                        out[resource_name(profile)] += n
+                return out
+        return None
+
+
+class _Nodes:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+
+    def items(self) -> list[Obj]:
+        return self.cluster.list_nodes()
+
+
+class FakeCache:
+    """`ObjectCache` over a FakeCluster: an informer that is always in sync (every read sees the last write)."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self._nodes = _Nodes(cluster)
+
+    @property
+    def nodes(self) -> ObjectList:
+        return self._nodes
+
+    def start(self) -> None:
+        pass
+
+    def synced(self) -> bool:
+        return True
+
+    def wait_synced(self, timeout: float) -> bool:
+        return True
+
+    def configmap(self, namespace: str, name: str) -> Obj | None:
+        return self.cluster.read_configmap(namespace, name)
+
+    def objects(self) -> list[Obj]:
+        c = self.cluster
+        return [*c.list_nodes(), *copy.deepcopy(list(c.pods.values())), *copy.deepcopy(list(c.configmaps.values()))]
+
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        return {}
+
+
+def _conforms(cluster: FakeCluster, cache: FakeCache) -> tuple[ControllerApi, ObjectCache]:
+    """Never called: mypy checks here that the fakes implement the seam's Protocols."""
+    return cluster, cache
