@@ -78,6 +78,8 @@ EMPTY = Forecast({}, 0)
 def forecast(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Forecast:
     """The expected mix of requests per GPU model in `snapshot` (deterministic: same snapshot, same forecast)."""
     settings = settings or PlannerSettings()
+    if not settings.forecast:
+        return EMPTY
     models: dict[str, GpuModel] = {}
     for node in snapshot.nodes:
         if node.model is not None:

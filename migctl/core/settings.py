@@ -96,6 +96,11 @@ class PlannerSettings(BaseModel):
         "and per GPU; not wall-clock time, so the same input gives the same plan). Past it, the best plan so far "
         "is returned and says so.",
     )
+    forecast: bool = Field(
+        True,
+        description="Plan for the demand still to come as well (docs/planning.md, objective over time); off: for the "
+        "snapshot's pods alone, the objective the exact reference proves (docs/benchmarks.md).",
+    )
     forecast_half_life_pods: float = Field(
         32.0,
         gt=0,

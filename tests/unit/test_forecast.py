@@ -94,6 +94,20 @@ def test_completion_follows_the_forecast_not_the_largest_free_instances() -> Non
     assert _served_slots(dict(gp.target.layout), 35) >= 1
 
 
+def test_forecast_off_plans_for_the_snapshots_pods_alone() -> None:
+    # `planner.forecast: false` is the objective the exact reference proves: the same pod and history as above
+    # get the layout of least stranded memory now, and the plan equals one for a snapshot without the history
+    history = [running(at(vram(f"h{i}", 7), i), "elsewhere") for i in range(20)]
+    with_history = Snapshot((node("n", H100, [{"7g.80gb": 1}]),), (*history, at(vram("p", 7), 30)))
+    alone = Snapshot((node("n", H100, [{"7g.80gb": 1}]),), (at(vram("p", 7), 30),))
+    off = PlannerSettings(forecast=False)
+    assert forecast(with_history, off).models == {}
+    (gp,) = plan(with_history, off).nodes[0].gpus
+    assert _served_slots(dict(gp.target.layout), 7) < 7
+    assert plan(with_history, off).summary.stranded_mib_after < plan(with_history).summary.stranded_mib_after
+    assert plan(with_history, off).nodes == plan(alone, off).nodes
+
+
 def test_spare_value_ranks_the_issue_example() -> None:
     history = [running(at(vram(f"h{i}", 7), i)) for i in range(20)]
     mf = forecast(Snapshot((node("n", H100, [{"7g.80gb": 1}]),), tuple(history))).of(H100)
