@@ -10,13 +10,11 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Sequence
 
-from migctl.core.bins import Bin, Box, Item, held_mib, stranded_mib
 from migctl.core.demand import need_mib
-from migctl.core.fits import Req, Shapes
-from migctl.core.search_state import SearchState
-
-RESHUFFLE_PROBES = 10_000  # fit checks per node or node pair that `_best_fill` tries
-RESHUFFLE_PARTNERS = 8  # nodes paired with each node `reshuffle` takes, most surplus first
+from migctl.core.search import budgets
+from migctl.core.search.bins import Bin, Box, Item, held_mib, stranded_mib
+from migctl.core.search.fits import Req, Shapes
+from migctl.core.search.state import SearchState
 
 
 class Reshuffle(SearchState):
@@ -49,14 +47,14 @@ class Reshuffle(SearchState):
         return done
 
     def _reshuffle_around(self, a: Box) -> int:
-        """Re-place node `a` alone, then with each of the `RESHUFFLE_PARTNERS` nodes its pods could also use
+        """Re-place node `a` alone, then with each of the `budgets.RESHUFFLE_PARTNERS` nodes its pods could also use
         that strand the most surplus. All partners reached the optimum on no more benchmark instances but took
         2.5× the plan time on a busy 152-node cluster in the simulator (docs/benchmarks.md)."""
         done = 0
         others, work = self._partners(a)
         self.shuffles -= work
         ranked = sorted([None, *others], key=lambda x: (x is not None, 0 if x is None else -self._surplus(x)))
-        for b in ranked[: RESHUFFLE_PARTNERS + 1]:  # the node alone, then its partners
+        for b in ranked[: budgets.RESHUFFLE_PARTNERS + 1]:  # the node alone, then its partners
             if self.shuffles <= 0:
                 break
             self.shuffles -= 1
@@ -167,7 +165,7 @@ class Reshuffle(SearchState):
         bound explored as a limited discrepancy search: largest pods first, each GPU tried cheapest first, the
         bound being what the remaining pods must strand at least (a heuristic bound: a GPU's unusable memory can
         shrink as pods join it). Of the priorities in `keep`, exactly that many pods are placed, and any of them
-        may stay out; all others are placed. None when nothing better is found within `RESHUFFLE_PROBES`."""
+        may stay out; all others are placed. None when nothing better is found within `budgets.RESHUFFLE_PROBES`."""
         order = sorted(items, key=lambda it: (-self._slack(it)[0], self._kid(it), it.pod.key))
         tiers = sorted(keep)
         need = [keep[t] for t in tiers]
@@ -200,7 +198,7 @@ class Reshuffle(SearchState):
                 room[it.at.box] = room[it.at.box] + it.pod.requests
         chosen: list[Bin | None] = [None] * len(order)
         best, pick = beat, None
-        probes = min(RESHUFFLE_PROBES, self.shuffles)
+        probes = min(budgets.RESHUFFLE_PROBES, self.shuffles)
 
         cut = False  # a branch was cut for lack of discrepancies: a larger allowance searches more
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from migctl.core.cluster import GpuDemand, Pod, Resources
 from migctl.core.demand import need_mib
-from migctl.core.fits import Fit, Req, Shapes
 from migctl.core.geometry import CanonicalLayout
 from migctl.core.placement import signature
+from migctl.core.search.fits import Fit, Req, Shapes
 
 
 @dataclass(eq=False)
