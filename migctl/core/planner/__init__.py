@@ -17,7 +17,7 @@ interchangeable, so options are costed once per state, not once per GPU; that ke
 within about a second.
 """
 
-from migctl.core.planner.objective import Cost, rank
+from migctl.core.objective import Cost, rank
 from migctl.core.planner.passes import Planner, _plan, plan
 from migctl.core.planner.strategy import STRATEGIES, Strategy
 

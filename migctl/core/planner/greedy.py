@@ -8,12 +8,12 @@ from collections import Counter
 from collections.abc import Iterable
 from heapq import heappop, heappush
 
+from migctl.core import objective
 from migctl.core.cluster import GpuDemand, Pod
 from migctl.core.demand import WHOLE_GPU, need_mib
+from migctl.core.objective import NO_COST, Cost, Option, added, existing_cost, with_scarce
 from migctl.core.plan import Assignment
-from migctl.core.planner import objective
 from migctl.core.planner.index import Index
-from migctl.core.planner.objective import NO_COST, Cost, Option, added, existing_cost, with_scarce
 from migctl.core.planner.state import Candidate, Entry, NodeState, Slot
 from migctl.core.planner.strategy import Balance, Scarcity
 

@@ -12,8 +12,8 @@ from heapq import heapify, heappush
 from migctl.core.cluster import GpuDemand, Pod
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
 from migctl.core.geometry import canonical
+from migctl.core.objective import Option
 from migctl.core.placement import signature, static_misfit
-from migctl.core.planner.objective import Option
 from migctl.core.planner.state import BY_ORDER, Entry, PlanState, Slot, state_key
 
 

@@ -12,10 +12,10 @@ from migctl.core import exact
 from migctl.core.budget import WorkBudget
 from migctl.core.cluster import Pod, Snapshot
 from migctl.core.forecast import Forecast, forecast
+from migctl.core.objective import rank
 from migctl.core.over_time import for_the_forecast
 from migctl.core.plan import Plan
 from migctl.core.planner.improve import Improve
-from migctl.core.planner.objective import rank
 from migctl.core.planner.strategy import STRATEGIES, Scarcity
 from migctl.core.search.fits import Shapes
 from migctl.core.settings import PlannerSettings

@@ -19,8 +19,8 @@ from migctl.core.demand import WHOLE_GPU
 from migctl.core.forecast import Forecast, forecast
 from migctl.core.geometry import CanonicalLayout, geometry
 from migctl.core.migparted import GpuConfig
+from migctl.core.objective import Cost, Option
 from migctl.core.plan import Assignment, Eviction
-from migctl.core.planner.objective import Cost, Option
 from migctl.core.planner.strategy import STRANDED_FIRST, Strategy
 from migctl.core.planner.strategy import strategy as strategy_of
 from migctl.core.search.bins import Bin, Box
