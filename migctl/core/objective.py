@@ -9,9 +9,9 @@ Compared lexicographically, smaller is better:
   5. node name and GPU index (the callers' tie-breaks), so the same snapshot always gives the same plan.
 
 `rank` compares whole plans by 1-3; the greedy passes cost each option of a pod with a `Cost` (2-4, after the
-strategy's own terms); the local search and the exact solver count stranded MiB with `stranded_mib` and
-`fit_cost`. Changing the objective starts here; `migctl/core/exact/model.py` states the same terms as an integer
-program, stage by stage in `rank`'s order.
+strategy's own terms); the local search counts stranded MiB with `fit_cost` and `stranded_mib` and keeps moves
+by `stranding` and `lowers`. Changing the objective starts here; `migctl/core/exact/model.py` states the same
+terms as an integer program, stage by stage in `rank`'s order.
 """
 
 from __future__ import annotations
@@ -75,6 +75,22 @@ def fit_cost(unusable_mib: int, instance_mib: int) -> int:
 def stranded_mib(fit_cost_mib: int, need_mib: int) -> int:
     """Stranded MiB of a fit: its cost (`fit_cost`) less what the pods need (objective 2)."""
     return fit_cost_mib - need_mib
+
+
+# How the local search (`migctl/core/search/`) keeps a move. Its moves that place pods never place fewer of any
+# priority (objective 1 by construction: insert, swap, evacuate, drop only for a higher priority, augment); the
+# others compare what the GPUs they touch strand, then how many of them are reshaped (objectives 2 and 3):
+Stranding = tuple[int, int]  # (stranded MiB, GPUs reshaped) of some GPUs: smaller is better
+
+
+def stranding(stranded: int, reshaped: int) -> Stranding:
+    """The search's key of a placement of some GPUs (reshuffle keeps a placement whose key is smaller)."""
+    return (stranded, reshaped)
+
+
+def lowers(delta_mib: int) -> bool:
+    """Whether a move that changes stranded MiB by `delta_mib` is kept (tidy's moves, exchanges, trades)."""
+    return delta_mib < 0
 
 
 def rank(result: Plan, snapshot: Snapshot) -> tuple[object, ...]:

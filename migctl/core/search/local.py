@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from migctl.core.objective import Stranding, stranding
 from migctl.core.search.augment import Augment
 from migctl.core.search.bins import Bin, Draft, Item, pod_kind
 from migctl.core.search.repack import Repack
@@ -87,13 +88,13 @@ class LocalSearch(Tidy, Repack, Augment, Reshuffle):
 
     def insert(self, u: Item) -> bool:
         """Put `u` on the GPU where it adds the least cost; False when none has room."""
-        best: tuple[tuple[int, bool, float], Bin] | None = None
+        best: tuple[tuple[Stranding, float], Bin] | None = None
         for b in self.candidates(u):
             if not u.pod.requests.fits_in(b.box.free):
                 continue
             f = self._probe(b, [u])
             if f is not None:
-                rank = (f[0] - b.cost, f[1] and not b.reshaped, b.order)
+                rank = (stranding(f[0] - b.cost, f[1] and not b.reshaped), b.order)  # what it adds, then GPU order
                 if best is None or rank < best[0]:
                     best = (rank, b)
         if best is None:

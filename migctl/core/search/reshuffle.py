@@ -11,6 +11,7 @@ from bisect import insort
 from collections.abc import Callable, Sequence
 
 from migctl.core.demand import need_mib
+from migctl.core.objective import Stranding, stranding
 from migctl.core.search import budgets
 from migctl.core.search.bins import Bin, Box, Item, held_mib, stranded_mib
 from migctl.core.search.fits import Req, Shapes
@@ -126,10 +127,7 @@ class Reshuffle(SearchState):
         tiers = {u.pod.priority for u in spare}
         if len(items) + len(spare) < 2:
             return False
-        now = (
-            sum(held_mib(x) for x in bins),
-            sum(x.reshaped for x in bins),
-        )
+        now = stranding(sum(held_mib(x) for x in bins), sum(x.reshaped for x in bins))
         got = self._best_fill([*items, *spare], bins, now, {t: keep[t] for t in tiers})
         if got is None or self._strands(got, bins) >= now:
             return False
@@ -143,7 +141,7 @@ class Reshuffle(SearchState):
         return True
 
     @staticmethod
-    def _strands(got: list[tuple[Item, Bin | None]], bins: list[Bin]) -> tuple[int, int]:
+    def _strands(got: list[tuple[Item, Bin | None]], bins: list[Bin]) -> Stranding:
         """(stranded MiB, reshaped GPUs) of `bins` if they served what `got` gives them, computed exactly (the
         search sums each pod's need on its smallest instance)."""
         on: dict[Bin, list[Item]] = {x: [] for x in bins}
@@ -156,10 +154,10 @@ class Reshuffle(SearchState):
             assert f is not None, "the search checked this fit"
             stranded += stranded_mib(x, its, f)
             reshaped += f[1]
-        return stranded, reshaped
+        return stranding(stranded, reshaped)
 
     def _best_fill(
-        self, items: list[Item], bins: list[Bin], beat: tuple[int, int], keep: dict[int, int]
+        self, items: list[Item], bins: list[Bin], beat: Stranding, keep: dict[int, int]
     ) -> list[tuple[Item, Bin | None]] | None:
         """Places on `bins` for `items` stranding less than `beat` (stranded MiB, reshaped GPUs), by a branch and
         bound explored as a limited discrepancy search: largest pods first, each GPU tried cheapest first, the
@@ -209,11 +207,11 @@ class Reshuffle(SearchState):
                 if need[t] - kept[t] >= len(sums):
                     return  # too few pods of this tier left to place as many as before
                 must += sums[need[t] - kept[t]]
-            if (must, 0) >= best:
+            if stranding(must, 0) >= best:
                 return
             if k == len(order):
-                if (stranded, reshaped) < best:
-                    best, pick = (stranded, reshaped), list(chosen)
+                if stranding(stranded, reshaped) < best:
+                    best, pick = stranding(stranded, reshaped), list(chosen)
                 return
             it = order[k]
             prev = chosen[k - 1] if twin[k] else bins[0]  # identical pods take GPUs in list order

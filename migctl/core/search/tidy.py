@@ -8,6 +8,7 @@ that strands less. Mixed into `LocalSearch` (`local.py`).
 
 from __future__ import annotations
 
+from migctl.core.objective import lowers
 from migctl.core.search.bins import Bin, Draft, Item, excess_mib, held_mib, stranded_mib
 from migctl.core.search.state import SearchState
 
@@ -39,7 +40,11 @@ class Tidy(SearchState):
                     if x is home or not v.pod.requests.fits_in(x.box.free):
                         continue
                     f = self._probe(x, [v])
-                    if f is not None and f[0] - x.cost < gain and (best is None or (f[0] - x.cost, x.order) < best[0]):
+                    if (
+                        f is not None
+                        and lowers(f[0] - x.cost - gain)
+                        and (best is None or (f[0] - x.cost, x.order) < best[0])
+                    ):
                         best = ((f[0] - x.cost, x.order), x)
                 if best is not None:
                     self._move(v, best[1])
@@ -90,7 +95,7 @@ class Tidy(SearchState):
                 f = b.fit(items)
                 assert f is not None, "probed above"
                 delta = stranded_mib(b, items, f) - before
-                if delta < 0 and (best is None or (delta, b.order) < best[0]):
+                if lowers(delta) and (best is None or (delta, b.order) < best[0]):
                     best = ((delta, b.order), b, v)
         if best is None:
             return False
@@ -149,6 +154,6 @@ class Tidy(SearchState):
                             break
                         delta += g[0] - b.cost
                     else:
-                        if delta < 0 and (best is None or (delta, y.order, len(group)) < best[0]):
+                        if lowers(delta) and (best is None or (delta, y.order, len(group)) < best[0]):
                             best = ((delta, y.order, len(group)), d)
         return self._keep(best)
