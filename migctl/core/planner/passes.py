@@ -96,7 +96,7 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     priorities), `ascending` (smallest first within each priority: more pods of a tier that cannot all fit),
     `existing-first` (reshape only when no existing instance fits) and `no-changes`. Including
     `no-changes` guarantees a plan never places fewer pods of any priority than leaving the layouts alone. Every
-    pass but `no-changes` ends with the local search (`improve.py`), whose last step looks for chains of moves
+    pass but `no-changes` ends with the local search (`migctl/core/search/`), whose last step looks for chains of moves
     of any length that place the pods still left out (`LocalSearch.augment_all`). Then, "squeaky wheel": the
     pods the latest pass left out go first within their priority in another pass, alternating the two best
     strategies, a few rounds, keeping the best plan. Then `Planner.polish` spends more local search on that
