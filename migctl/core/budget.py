@@ -3,9 +3,9 @@
 Counting work instead of seconds keeps planning deterministic: the same snapshot and settings give the same plan
 on any machine and under any load. A unit is one pending pod or one GPU that a planner pass goes over, so a
 pass costs (pending pods + GPUs) units; the local search inside a pass keeps its own fit-check caps
-(planner.py). The first pass always runs, so there is always a plan; later passes (other strategies, the
-"squeaky wheel" rounds, polish, augment) run only while the budget covers them. A plan that stopped early says so
-(`Plan.budget_exhausted`, a warning) and is the best plan found so far.
+(`migctl/core/search/budgets.py`). The first pass always runs, so there is always a plan; later passes (other
+strategies, the "squeaky wheel" rounds, polish, augment) run only while the budget covers them. A plan that
+stopped early says so (`Plan.budget_exhausted`, a warning) and is the best plan found so far.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ placement axis (8 units on A100/H100, 12 on RTX PRO 6000), so every check is a h
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from migctl.core.catalog import GpuModel, Profile
 from migctl.errors import LayoutError
@@ -28,6 +29,17 @@ class Placement:
     profile: str
     start: int
     size: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LayoutFacts:
+    """One valid layout with what every best completion asks of it, computed once per model (`ModelGeometry.facts`)."""
+
+    layout: CanonicalLayout
+    have: dict[str, int]  # the layout as a dict
+    size: int  # instances
+    unusable: int  # MiB the layout leaves unreachable
+    variants: frozenset[str]  # media-variant profiles (+me, -me, +gfx, ...) it contains
 
 
 def canonical(layout: Layout | Iterable[tuple[str, int]]) -> CanonicalLayout:
@@ -194,6 +206,48 @@ class ModelGeometry:
     def base_layouts(self) -> tuple[CanonicalLayout, ...]:
         """Valid layouts that use only plain profiles (no media variants): what VRAM demand is served from."""
         return tuple(lay for lay in self.layouts if all(not self.profiles[n].attributes for n, _ in lay))
+
+    @cached_property
+    def facts(self) -> tuple[LayoutFacts, ...]:
+        """`layouts` with their facts, in the same order."""
+        p = self.profiles
+        return tuple(
+            LayoutFacts(
+                lay,
+                dict(lay),
+                sum(c for _, c in lay),
+                self.unusable_mib(lay),
+                frozenset(n for n, _ in lay if p[n].attributes),
+            )
+            for lay in self.layouts
+        )
+
+    # -- best completion ---------------------------------------------------------------------------------
+
+    def completions(self, must: Mapping[str, int], base_only: bool = False) -> Iterator[LayoutFacts]:
+        """Valid layouts that contain every instance of `must` and pad it with no media variant it does not ask
+        for (a variant nobody asked for only takes slices), in `layouts` order; `base_only`: plain profiles only."""
+        for f in self.facts:
+            have = f.have
+            if any(have.get(n, 0) < c for n, c in must.items()):
+                continue  # not a superset
+            if f.variants and (base_only or any(have[n] > must.get(n, 0) for n in f.variants)):
+                continue
+            yield f
+
+    def best_completion(
+        self, must: Mapping[str, int], key: Callable[[LayoutFacts], Any], base_only: bool = False
+    ) -> LayoutFacts | None:
+        """The one best completion: of `completions(must)`, the layout with the least `key` (the first of equal
+        keys), None when `must` fits no layout. The key is the caller's objective: the planner's is what the spare
+        instances serve of the forecast (`migctl/core/spare.py`), the simulator's baselines' the least unusable
+        memory; a key that ends with the layout makes the choice independent of the order."""
+        best: tuple[Any, LayoutFacts] | None = None
+        for f in self.completions(must, base_only):
+            k = key(f)
+            if best is None or k < best[0]:
+                best = (k, f)
+        return None if best is None else best[1]
 
     # -- memory ------------------------------------------------------------------------------------------
 

@@ -38,19 +38,15 @@ class Shapes:
         return fits[0] if fits else None
 
     def completion(self, must: CanonicalLayout) -> CanonicalLayout | None:
-        """The valid layout containing `must` that leaves the least memory unusable (then the most free MiB)."""
+        """The plain layout containing `must` that leaves the least memory unusable (then the most free MiB): the
+        geometry's one best completion with the baselines' objective (migctl's own policy uses the planner's)."""
         if must in self._best:
             return self._best[must]
-        need = Counter(dict(must))
-        best: tuple[tuple[int, int, CanonicalLayout], CanonicalLayout] | None = None
-        for lay in self.layouts:
-            have = Counter(dict(lay))
-            if need - have:
-                continue
-            rank = (self.geo.unusable_mib(lay), -self.geo.instance_mib(lay), lay)
-            if best is None or rank < best[0]:
-                best = (rank, lay)
-        out = None if best is None else best[1]
+        geo = self.geo
+        best = geo.best_completion(
+            dict(must), lambda f: (f.unusable, -geo.instance_mib(f.layout), f.layout), base_only=True
+        )
+        out = None if best is None else best.layout
         self._best[must] = out
         return out
 

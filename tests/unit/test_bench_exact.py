@@ -9,7 +9,6 @@ import pytest
 from bench import exact
 from bench.instances import random_instance
 from bench.quality import tiers_of
-from migctl.core import planner as planner_module
 from migctl.core.budget import WorkBudget
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
@@ -17,6 +16,7 @@ from migctl.core.forecast import EMPTY
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
 from migctl.core.planner import Planner, _plan, plan
+from migctl.core.search import budgets
 from migctl.core.settings import ExactSettings, PlannerSettings
 
 CATALOG = load_catalog()
@@ -180,7 +180,7 @@ def test_reshuffling_nodes_reaches_the_optimal_stranded_memory(
     exactly the optimum's memory (5003: 136,912 MiB; 5011: 63,124 MiB); without it, `without`."""
     got, optimum = _seeded_against_optimum(seed, unforecast, stranded=True)
     assert got == optimum
-    monkeypatch.setattr(planner_module, "POLISH_RESHUFFLE", 0)
+    monkeypatch.setattr(budgets, "POLISH_RESHUFFLE", 0)
     got, _ = _seeded_against_optimum(seed, unforecast, stranded=True)
     assert got == (*optimum[:-1], without)
 
@@ -197,7 +197,7 @@ def test_reshuffle_chooses_which_pods_of_a_tier_are_placed(
     with_it = {a.pod for a in heuristic(snap).assignments}
     got, optimum = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == optimum
-    monkeypatch.setattr(planner_module, "POLISH_RESHUFFLE", 0)
+    monkeypatch.setattr(budgets, "POLISH_RESHUFFLE", 0)
     without_it = {a.pod for a in heuristic(snap).assignments}
     got, _ = _seeded_against_optimum(seed, heuristic, stranded=True)
     assert got == (*optimum[:-1], without)
@@ -237,7 +237,7 @@ def test_augmenting_chains_reach_the_optimum_pods_per_priority(
     the augment at the end of the passes does."""
     got, optimum = _seeded_against_optimum(seed, unforecast)
     assert got == optimum
-    monkeypatch.setattr(planner_module, "PASS_AUGMENT", 0)
-    monkeypatch.setattr(planner_module, "AUGMENT_WORK", 0)
+    monkeypatch.setattr(budgets, "PASS_AUGMENT", 0)
+    monkeypatch.setattr(budgets, "AUGMENT_WORK", 0)
     got, _ = _seeded_against_optimum(seed, unforecast)
     assert got == (*optimum[:-1], optimum[-1] - fewer)

@@ -171,3 +171,35 @@ def test_every_enumerated_layout_places(data: st.DataObject, model_id: str) -> N
 
 def test_catalog_fixture_is_the_shipped_one(catalog: Catalog) -> None:
     assert [m.id for m in catalog.models] == MODEL_IDS
+
+
+@pytest.mark.parametrize("model_id", ["h100-80gb", "rtx-pro-6000-blackwell-96gb"])
+def test_best_completion_is_the_least_key_among_supersets_that_pad_with_no_variant(model_id: str) -> None:
+    """`best_completion` against a scan of the brute-force layouts: every valid layout that contains `must` and
+    adds no media-variant instance beyond it is a candidate; the result has the least key of them (a key that
+    prefers more memory, so an inverted comparison or a dropped filter picks another layout)."""
+    model = CATALOG.model(model_id)
+    geo = geometry(model)
+    variants = {p.name for p in model.profiles if p.attributes}
+
+    def key(lay: tuple[tuple[str, int], ...]) -> tuple[int, tuple[tuple[str, int], ...]]:
+        return (-geo.instance_mib(lay) + 7 * len(lay), lay)
+
+    musts = sorted({canonical(Counter({n: 1})) for n, _ in geo.profiles.items()} | set(brute_force(model_id)))[:60]
+    for must in musts:
+        need = dict(must)
+        expected = min(
+            (
+                lay
+                for lay in brute_force(model_id)
+                if all(dict(lay).get(n, 0) >= c for n, c in need.items())
+                and all(c <= need.get(n, 0) for n, c in lay if n in variants)
+            ),
+            key=key,
+            default=None,
+        )
+        got = geo.best_completion(need, lambda f: key(f.layout))
+        assert (None if got is None else got.layout) == expected, must
+        plain = geo.best_completion(need, lambda f: key(f.layout), base_only=True)
+        if plain is not None:
+            assert not any(n in variants for n, _ in plain.layout)

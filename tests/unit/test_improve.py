@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from migctl.core.bins import Bin, Box, Item
 from migctl.core.cluster import GpuDemand, Pod, Resources, Snapshot
-from migctl.core.fits import Shapes
 from migctl.core.geometry import canonical, geometry
-from migctl.core.improve import LocalSearch
 from migctl.core.planner import plan
+from migctl.core.search import LocalSearch
+from migctl.core.search.bins import Bin, Box, Item
+from migctl.core.search.fits import Shapes
 from tests.unit.builders import CATALOG, mig, node, vram
 
 A100 = Shapes(geometry(CATALOG.model("a100-40gb")))

@@ -10,6 +10,7 @@ from migctl.core import planner as planner_module
 from migctl.core.cluster import Node, Pod, Requirement, Resources, Snapshot, Taint, Term
 from migctl.core.geometry import geometry
 from migctl.core.planner import Planner, plan
+from migctl.core.search import budgets
 from migctl.core.settings import PlannerSettings
 from tests.unit.builders import CATALOG, mig, node, tolerate, vram, whole
 
@@ -251,7 +252,7 @@ def test_a_cpu_heavy_pod_goes_where_cpu_is_plentiful(monkeypatch: pytest.MonkeyP
     snap = Snapshot((lean, roomy), (heavy, *light))
     repacked = Planner(snap, strategy="stranded-first").run()
     assert len(repacked.assignments) == 14
-    monkeypatch.setattr(planner_module, "PASS_REPACK", 0)
+    monkeypatch.setattr(budgets, "PASS_REPACK", 0)
     greedy = Planner(snap, strategy="stranded-first").run()
     assert len(greedy.assignments) == 8
     balanced = Planner(snap, strategy="balance-first").run()

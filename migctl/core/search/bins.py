@@ -1,9 +1,9 @@
 """The local search's plain model of a placement: GPUs as bins of single-instance pods, nodes as boxes of CPU,
 memory and pod slots, and drafts of moves not yet made.
 
-`planner.py` builds it from the greedy's state and writes the result back. The moves (`improve.py`,
-`augment.py`, `reshuffle.py`) probe a fit (`fits.py`) before they change a bin, so every bin always serves its
-pods with one valid layout.
+`migctl/core/planner/improve.py` builds it from the greedy's state and writes the result back. The moves
+(`local.py`, `tidy.py`, `repack.py`, `augment.py`, `reshuffle.py`) probe a fit (`fits.py`) before they change a
+bin, so every bin always serves its pods with one valid layout.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from migctl.core.cluster import GpuDemand, Pod, Resources
 from migctl.core.demand import need_mib
-from migctl.core.fits import Fit, Req, Shapes
 from migctl.core.geometry import CanonicalLayout
+from migctl.core.objective import stranded_mib as stranded
 from migctl.core.placement import signature
+from migctl.core.search.fits import Fit, Req, Shapes
 
 
 @dataclass(eq=False)
@@ -157,7 +158,9 @@ def reqs_of(items: Sequence[Item], shapes: Shapes) -> list[Req] | None:
 
 def stranded_mib(b: Bin, items: Sequence[Item], fit: Fit) -> int:
     """Memory `items` would strand on `b` with `fit`: instance memory they do not need, plus unusable memory."""
-    return fit[0] - sum(need_mib(it.demand, b.shapes.mib[p], it.need) for it, p in zip(items, fit[2], strict=True))
+    return stranded(
+        fit[0], sum(need_mib(it.demand, b.shapes.mib[p], it.need) for it, p in zip(items, fit[2], strict=True))
+    )
 
 
 def held_mib(b: Bin) -> int:

@@ -10,13 +10,12 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Sequence
 
-from migctl.core.bins import Bin, Box, Item, held_mib, stranded_mib
 from migctl.core.demand import need_mib
-from migctl.core.fits import Req, Shapes
-from migctl.core.search_state import SearchState
-
-RESHUFFLE_PROBES = 10_000  # fit checks per node or node pair that `_best_fill` tries
-RESHUFFLE_PARTNERS = 8  # nodes paired with each node `reshuffle` takes, most surplus first
+from migctl.core.objective import Stranding, stranding
+from migctl.core.search import budgets
+from migctl.core.search.bins import Bin, Box, Item, held_mib, stranded_mib
+from migctl.core.search.fits import Req, Shapes
+from migctl.core.search.state import SearchState
 
 
 class Reshuffle(SearchState):
@@ -49,14 +48,14 @@ class Reshuffle(SearchState):
         return done
 
     def _reshuffle_around(self, a: Box) -> int:
-        """Re-place node `a` alone, then with each of the `RESHUFFLE_PARTNERS` nodes its pods could also use
+        """Re-place node `a` alone, then with each of the `budgets.RESHUFFLE_PARTNERS` nodes its pods could also use
         that strand the most surplus. All partners reached the optimum on no more benchmark instances but took
         2.5× the plan time on a busy 152-node cluster in the simulator (docs/benchmarks.md)."""
         done = 0
         others, work = self._partners(a)
         self.shuffles -= work
         ranked = sorted([None, *others], key=lambda x: (x is not None, 0 if x is None else -self._surplus(x)))
-        for b in ranked[: RESHUFFLE_PARTNERS + 1]:  # the node alone, then its partners
+        for b in ranked[: budgets.RESHUFFLE_PARTNERS + 1]:  # the node alone, then its partners
             if self.shuffles <= 0:
                 break
             self.shuffles -= 1
@@ -128,10 +127,7 @@ class Reshuffle(SearchState):
         tiers = {u.pod.priority for u in spare}
         if len(items) + len(spare) < 2:
             return False
-        now = (
-            sum(held_mib(x) for x in bins),
-            sum(x.reshaped for x in bins),
-        )
+        now = stranding(sum(held_mib(x) for x in bins), sum(x.reshaped for x in bins))
         got = self._best_fill([*items, *spare], bins, now, {t: keep[t] for t in tiers})
         if got is None or self._strands(got, bins) >= now:
             return False
@@ -145,7 +141,7 @@ class Reshuffle(SearchState):
         return True
 
     @staticmethod
-    def _strands(got: list[tuple[Item, Bin | None]], bins: list[Bin]) -> tuple[int, int]:
+    def _strands(got: list[tuple[Item, Bin | None]], bins: list[Bin]) -> Stranding:
         """(stranded MiB, reshaped GPUs) of `bins` if they served what `got` gives them, computed exactly (the
         search sums each pod's need on its smallest instance)."""
         on: dict[Bin, list[Item]] = {x: [] for x in bins}
@@ -158,16 +154,16 @@ class Reshuffle(SearchState):
             assert f is not None, "the search checked this fit"
             stranded += stranded_mib(x, its, f)
             reshaped += f[1]
-        return stranded, reshaped
+        return stranding(stranded, reshaped)
 
     def _best_fill(
-        self, items: list[Item], bins: list[Bin], beat: tuple[int, int], keep: dict[int, int]
+        self, items: list[Item], bins: list[Bin], beat: Stranding, keep: dict[int, int]
     ) -> list[tuple[Item, Bin | None]] | None:
         """Places on `bins` for `items` stranding less than `beat` (stranded MiB, reshaped GPUs), by a branch and
         bound explored as a limited discrepancy search: largest pods first, each GPU tried cheapest first, the
         bound being what the remaining pods must strand at least (a heuristic bound: a GPU's unusable memory can
         shrink as pods join it). Of the priorities in `keep`, exactly that many pods are placed, and any of them
-        may stay out; all others are placed. None when nothing better is found within `RESHUFFLE_PROBES`."""
+        may stay out; all others are placed. None when nothing better is found within `budgets.RESHUFFLE_PROBES`."""
         order = sorted(items, key=lambda it: (-self._slack(it)[0], self._kid(it), it.pod.key))
         tiers = sorted(keep)
         need = [keep[t] for t in tiers]
@@ -200,7 +196,7 @@ class Reshuffle(SearchState):
                 room[it.at.box] = room[it.at.box] + it.pod.requests
         chosen: list[Bin | None] = [None] * len(order)
         best, pick = beat, None
-        probes = min(RESHUFFLE_PROBES, self.shuffles)
+        probes = min(budgets.RESHUFFLE_PROBES, self.shuffles)
 
         cut = False  # a branch was cut for lack of discrepancies: a larger allowance searches more
 
@@ -211,11 +207,11 @@ class Reshuffle(SearchState):
                 if need[t] - kept[t] >= len(sums):
                     return  # too few pods of this tier left to place as many as before
                 must += sums[need[t] - kept[t]]
-            if (must, 0) >= best:
+            if stranding(must, 0) >= best:
                 return
             if k == len(order):
-                if (stranded, reshaped) < best:
-                    best, pick = (stranded, reshaped), list(chosen)
+                if stranding(stranded, reshaped) < best:
+                    best, pick = stranding(stranded, reshaped), list(chosen)
                 return
             it = order[k]
             prev = chosen[k - 1] if twin[k] else bins[0]  # identical pods take GPUs in list order

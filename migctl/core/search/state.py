@@ -1,8 +1,9 @@
 """What every move of the local search shares: its state, fit probes against the memo, moving pods, and the
 caches of where each kind of pod can go.
 
-`LocalSearch` (`improve.py`) is this with its moves; augment (`augment.py`) and reshuffle (`reshuffle.py`) are
-mixed in from their own modules because they work on the same state.
+`LocalSearch` (`local.py`) is this with its moves; tidy and trade (`tidy.py`), repack (`repack.py`), augment
+(`augment.py`) and reshuffle (`reshuffle.py`) are mixed in from their own modules because they work on the same
+state.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
-from migctl.core.bins import Bin, Box, Draft, Item, pod_kind, reqs_of
-from migctl.core.fits import Fit
+from migctl.core.search.bins import Bin, Box, Draft, Item, pod_kind, reqs_of
+from migctl.core.search.fits import Fit
 
 
 class SearchState:

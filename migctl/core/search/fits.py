@@ -1,15 +1,19 @@
 """Exact single-GPU fits: whether one GPU of a model can serve a multiset of instance requests, and at what cost.
 
-The local search (`improve.py`) asks this for every move it considers, so it must be exact and cheap. A request
+The local search (`local.py`) asks this for every move it considers, so it must be exact and cheap. A request
 takes a canonical form: an exact profile, or a VRAM request rounded up to the smallest plain instance that holds
-it (both accept exactly the same instances). Valid layouts are tried least unusable memory first, until none
-left could do better, and each answer is memoised per model on the GPU's starting point and the sorted requests.
+it (both accept exactly the same instances). Valid layouts (`ModelGeometry.facts`) are tried least unusable memory
+first, until none left could do better, and each answer is memoised per model on the GPU's starting point and the
+sorted requests. A fit is ranked by `objective.fit_cost` (stranded MiB plus the pods' fixed need). Unlike a best
+completion (`ModelGeometry.best_completion`), it also chooses the instance of each VRAM request, and it ignores the
+forecast: the plan's targets are the best completions of what the search assigns (`planner/result.py`).
 """
 
 from __future__ import annotations
 
 from migctl.core.cluster import GpuDemand
 from migctl.core.geometry import CanonicalLayout, ModelGeometry
+from migctl.core.objective import fit_cost
 
 # ("p", profile) for an exact profile, ("v", MiB) for a VRAM request rounded up to an instance size.
 Req = tuple[str, str | int]
@@ -24,17 +28,8 @@ class Shapes:
         self.geo = geo
         self.mib = {n: p.memory_mib for n, p in geo.profiles.items()}
         self._plain = sorted((p.memory_mib, n) for n, p in geo.profiles.items() if not p.attributes)
-        self._layouts = [
-            (
-                dict(lay),
-                sum(c for _, c in lay),
-                geo.unusable_mib(lay),
-                frozenset(n for n, _ in lay if geo.profiles[n].attributes),
-            )
-            for lay in geo.layouts
-        ]
         # least unusable first, so `fit` stops at the first layout that cannot beat the best so far
-        self._by_unusable = sorted(enumerate(self._layouts), key=lambda t: (t[1][2], t[0]))
+        self._by_unusable = sorted(enumerate(geo.facts), key=lambda t: (t[1].unusable, t[0]))
         self._memo: dict[tuple[int, tuple[Req, ...]], Fit | None] = {}
         self._least: dict[Req, tuple[int, int]] = {}
         self.most = (max(geo.instance_mib(lay) for lay in geo.layouts), geo.model.compute_slices)
@@ -89,20 +84,20 @@ class Shapes:
         best: Fit | None = None
         kept = self._match(dict(base), reqs)
         if kept is not None:
-            best = (sum(self.mib[n] for n in kept), False, kept)
+            best = (fit_cost(0, sum(self.mib[n] for n in kept)), False, kept)
         if reshape:
             wanted = frozenset(r[1] for r in reqs if r[0] == "p")
             floor = sum(self.least(r)[0] for r in reqs)  # no layout serves `reqs` with less instance MiB
             first = -1  # index of the best layout; ties go to the existing instances, then the lowest index
-            for i, (have, size, unusable, variants) in self._by_unusable:
-                if best is not None and unusable + floor > best[0]:
+            for i, f in self._by_unusable:
+                if best is not None and fit_cost(f.unusable, floor) > best[0]:
                     break
-                if size < len(reqs) or not variants <= wanted:
+                if f.size < len(reqs) or not f.variants <= wanted:
                     continue
-                got = self._match(have, reqs)
+                got = self._match(f.have, reqs)
                 if got is None:
                     continue
-                cost = unusable + sum(self.mib[n] for n in got)
+                cost = fit_cost(f.unusable, sum(self.mib[n] for n in got))
                 if best is None or (cost, i) < (best[0], first):
                     best, first = (cost, True, got), i
         self._memo[key] = best

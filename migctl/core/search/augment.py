@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from migctl.core.bins import Bin, Box, Draft, Item
 from migctl.core.cluster import Resources
-from migctl.core.search_state import SearchState
-
-AUGMENT_PROBES = 10_000  # fit checks and GPUs looked at per left-out pod that `augment` tries
-TWO_FOR_ONE_TRIES = 4  # pods of the placed pod's priority that `augment` tries to leave out (`_two_for_one`)
+from migctl.core.search import budgets
+from migctl.core.search.bins import Bin, Box, Draft, Item
+from migctl.core.search.state import SearchState
 
 # an entry of `augment`'s search: (pod to move, its parent entry, the GPU it leaves to the parent's pod, node
 # resources the chain up to here frees: negative where it takes more than it frees)
@@ -64,8 +62,8 @@ class Augment(SearchState):
         checked as a whole before it is kept. A pod leaves its GPU or, when its node lacks CPU, memory or slots
         for the pod coming in, any GPU of that node. When no chain ends in room: the shortest one that ends by
         leaving out a pod of lower priority than `u`, the lowest such priority first; else, with `two_for_one`,
-        one that leaves out a pod of `u`'s priority (`_two_for_one`). Capped by `AUGMENT_PROBES`."""
-        probes = AUGMENT_PROBES
+        one that leaves out a pod of `u`'s priority (`_two_for_one`). Capped by `budgets.AUGMENT_PROBES`."""
+        probes = budgets.AUGMENT_PROBES
         chain: list[_Link] = [(u, -1, None, {})]
         seen = self._explored
         fallback: tuple[tuple[int, int], int] | None = None  # ((priority, entry), entry) of a pod to leave out
@@ -119,7 +117,7 @@ class Augment(SearchState):
                         rank = (v.pod.priority, len(chain) - 1)
                         if fallback is None or rank < fallback[0]:
                             fallback = (rank, len(chain) - 1)
-                    elif v.pod.priority == u.pod.priority and len(evens) < TWO_FOR_ONE_TRIES:
+                    elif v.pod.priority == u.pod.priority and len(evens) < budgets.TWO_FOR_ONE_TRIES:
                         evens.append(len(chain) - 1)
             head += 1
         if fallback is None:

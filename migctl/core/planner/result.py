@@ -1,0 +1,88 @@
+"""The `Plan` a pass returns: per-GPU targets (best completions of what each reshaped GPU serves), the
+assignments, the reasons for pods left out, and the summary the objective ranks."""
+
+from __future__ import annotations
+
+from migctl.core.cluster import Pod
+from migctl.core.geometry import canonical
+from migctl.core.migparted import GpuConfig
+from migctl.core.plan import GpuPlan, NodePlan, Plan, Summary, Unplaced
+from migctl.core.planner.explain import Explain
+
+
+class Results(Explain):
+    """A pass's state as a `Plan`."""
+
+    def _result(self, pending: list[Pod], unplaced: list[Pod]) -> Plan:
+        node_plans: list[NodePlan] = []
+        unusable_changed = 0
+        stranded_before = stranded_after = 0
+        gpus_changed = 0
+        for ns in self.nodes:
+            node = ns.node
+            if node.model is None or not node.gpus:
+                continue
+            comp = self.completions[node.model.id]
+            by_index = {s.index: s for s in ns.slots if s.index is not None}
+            plans = []
+            for gpu in node.gpus:
+                current = gpu.config
+                target = current
+                slot = by_index.get(gpu.index)
+                if slot is not None and slot.changed:
+                    if slot.mig:
+                        best = comp.best(canonical(slot.assigned))
+                        assert best is not None, "the planner only assigns layouts that exist"
+                        target = GpuConfig.mig(best[0])
+                    else:
+                        target = GpuConfig.disabled()
+                before = comp.geo.unusable_mib(current.layout) if current.mig_enabled else 0
+                after = comp.geo.unusable_mib(target.layout) if target.mig_enabled else 0
+                stranded_before += before
+                stranded_after += after
+                gp = GpuPlan(gpu.index, node.model.id, current, target, before, after)
+                if gp.changed:
+                    unusable_changed += after
+                    gpus_changed += 1
+                plans.append(gp)
+            node_plans.append(NodePlan(node.name, tuple(plans)))
+        waste = sum(a.waste_mib for a in self.assignments)
+        running_waste = self._running_waste()
+        placed = {a.pod for a in self.assignments}
+        reasons = self._explain([p for p in unplaced if p.key not in placed])
+        reasons += [Unplaced(k, r) for k, r in self.snapshot.rejected]
+        summary = Summary(
+            pending_pods=len(pending) + len(self.snapshot.rejected),
+            pods_placed=len(placed),
+            stranded_mib_before=stranded_before + running_waste,
+            stranded_mib_after=stranded_after + running_waste + waste,
+            internal_waste_mib=waste,
+            unusable_mib=unusable_changed,
+            evictions=len(self.evictions),
+            gpus_reconfigured=gpus_changed,
+            nodes_reconfigured=sum(1 for n in node_plans if n.changed),
+        )
+        return Plan(
+            summary=summary,
+            nodes=tuple(node_plans),
+            assignments=tuple(
+                sorted(self.assignments, key=lambda a: (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile))
+            ),
+            unplaced=tuple(sorted(reasons, key=lambda u: u.pod)),
+            evictions=tuple(self.evictions),
+            warnings=self.snapshot.warnings,
+        )
+
+    def _running_waste(self) -> int:
+        total = 0
+        for pod in self.snapshot.pods:
+            if pod.node is None or pod.need_mib is None:
+                continue
+            node = next((n.node for n in self.nodes if n.node.name == pod.node), None)
+            if node is None or node.model is None:
+                continue
+            for d in pod.gpu:
+                if d.kind == "profile" and node.model.has_profile(d.profile):
+                    mib = node.model.profile(d.profile).memory_mib
+                    total += max(0, mib - min(pod.need_mib, mib)) * d.count
+        return total
