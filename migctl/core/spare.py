@@ -19,7 +19,6 @@ unusable memory, then larger free instances (sum of squared GiB), then the layou
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from copy import copy
 
@@ -105,19 +104,14 @@ class Completions:
         The layout serves the most forecast demand with its free instances (module docstring)."""
         if assigned in self._best:
             return self._best[assigned]
-        need = dict(assigned)
-        found: tuple[tuple[int, int, int, Layout], Layout, int, int] | None = None
-        for layout, have, unusable, variants in self._layouts:
-            if any(have.get(n, 0) < c for n, c in need.items()):
-                continue  # not a superset
-            extra = Counter({n: c - need.get(n, 0) for n, c in have.items() if c > need.get(n, 0)})
-            if any(n in variants for n in extra):
-                continue  # pads with media variants nobody asked for
-            served, squares = self.served_of(layout), self._squares(extra)
-            rank = (-served, unusable, -squares, layout)
-            if found is None or rank < found[0]:
-                found = (rank, layout, unusable, (served << _SQ_BITS) + squares)
-        result = None if found is None else (found[1], found[2], found[3])
+        # the squares of the extra instances are those of the layout less those of `assigned`, a constant here
+        f = self.geo.best_completion(
+            dict(assigned), lambda f: (-self.served_of(f.layout), f.unusable, -self._squares(f.have), f.layout)
+        )
+        result = None
+        if f is not None:
+            squares = self._squares(f.have) - self._squares(dict(assigned))
+            result = (f.layout, f.unusable, (self.served_of(f.layout) << _SQ_BITS) + squares)
         self._best[assigned] = result
         return result
 
