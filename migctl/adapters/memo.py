@@ -6,7 +6,7 @@ only; a node's also on the pods bound to it (their usage) and on the mig-parted 
 memo keeps each conversion (the model, or the error it raised, and the warnings it gave) under exactly those
 inputs, and drops what the last snapshot did not use, so a reconcile after one pod event converts one pod (and
 the node it is bound to). Objects without a uid and resourceVersion (snapshot files) are converted every time.
-The result is the same `Snapshot` a fresh conversion gives (tests/unit/test_incremental_snapshot.py).
+The result is the same `Snapshot` a fresh conversion gives (tests/unit/adapters/test_incremental_snapshot.py).
 """
 
 from __future__ import annotations

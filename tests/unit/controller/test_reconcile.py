@@ -9,9 +9,8 @@ from migctl.config import Config
 from migctl.controller.loop import Controller
 from migctl.core.catalog import load_catalog
 from migctl.core.migparted import config_name
-
-from .fake_cluster import MIG_CONFIG, FakeCache, FakeClock, FakeCluster
-from .kube_builders import gpu_node, mig_parted, node_config, pod
+from tests.unit.fake_cluster import MIG_CONFIG, FakeCache, FakeClock, FakeCluster
+from tests.unit.kube_builders import gpu_node, mig_parted, node_config, pod
 
 IDLE = {0: {"1g.5gb": 7}}
 IDLE_CONFIG = config_name(node_config(IDLE))

@@ -22,7 +22,7 @@ def test_head_against_itself_plans_identically(capsys: pytest.CaptureFixture[str
 
 def test_a_stopped_comparison_removes_its_worktree() -> None:
     """SIGTERM (a timeout, a Ctrl-C from a supervisor) must not leave the other revision's worktree behind."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
 
     def worktrees() -> int:
         out = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True, check=True)

@@ -22,7 +22,7 @@ from migctl.core.plan import Plan
 from migctl.core.planner import _plan, plan, rank
 from migctl.core.settings import ExactSettings, PlannerSettings
 from tests.unit.builders import CATALOG
-from tests.unit.test_planner_properties import _check_valid, snapshots
+from tests.unit.core.test_planner_properties import _check_valid, snapshots
 
 HEURISTIC = PlannerSettings(exact=ExactSettings(enabled=False))
 LNS_ONLY = PlannerSettings(exact=ExactSettings(whole_max_gpus=0, neighbourhoods=40))

@@ -22,9 +22,8 @@ from migctl.controller.events import EventSink
 from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target
-
-from .fake_cluster import FakeCluster, Obj
-from .test_controller_nodestate import GOOD, TARGET, annotations
+from tests.unit.controller.test_controller_nodestate import GOOD, TARGET, annotations
+from tests.unit.fake_cluster import FakeCluster, Obj
 
 TAINT = "migctl.io/reconfiguring"
 

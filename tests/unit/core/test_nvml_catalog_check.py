@@ -8,10 +8,9 @@ from types import ModuleType
 from typing import Any
 
 from migctl.core.catalog import Catalog
+from tests.unit.fake_nvml import H200_DRIVER_580_PROFILES
 
-from .fake_nvml import H200_DRIVER_580_PROFILES
-
-SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "nvml-catalog-check.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "hack" / "nvml-catalog-check.py"
 # Placements per profile id as NVML's possible-placements query returned them on that H200.
 H200_PLACEMENTS = {
     19: [[i, 1] for i in range(7)],

@@ -9,7 +9,7 @@ from types import ModuleType
 
 from migctl.config import Config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _generator() -> ModuleType:

@@ -17,9 +17,8 @@ from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target
 from migctl.core.migparted import GpuConfig, config_name, parse
-
-from .fake_cluster import MIG_CONFIG, MIG_STATE, FakeClock, FakeCluster, Obj
-from .kube_builders import gpu_node, mig_parted, pod
+from tests.unit.fake_cluster import MIG_CONFIG, MIG_STATE, FakeClock, FakeCluster, Obj
+from tests.unit.kube_builders import gpu_node, mig_parted, pod
 
 TAINT = "migctl.io/reconfiguring"
 BEFORE = {0: {"1g.5gb": 7}}

@@ -9,8 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from migctl.cli import cli
-
-from .test_fallback_capacity import pod, t4_node
+from tests.unit.fallback.test_fallback_capacity import pod, t4_node
 
 
 def _snapshot(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from migctl.cli import cli
 from migctl.core.catalog import default_profiles_dir
-from tests.unit.test_geometry import brute_force
+from tests.unit.core.test_geometry import brute_force
 
 
 def run(*args: str) -> tuple[int, str, str]:

@@ -9,8 +9,7 @@ import pytest
 from migctl.adapters.nvml import NvmlReader
 from migctl.core.inventory import GpuInfo, Inventory, MigDevice, parse_inventory
 from migctl.errors import InputError
-
-from .fake_nvml import FakeNvml, a100_mig, h100_no_mig, t4
+from tests.unit.fake_nvml import FakeNvml, a100_mig, h100_no_mig, t4
 
 
 def _inventory() -> Inventory:

@@ -11,8 +11,7 @@ import pytest
 import migctl.adapters.nvml as nvml_module
 from migctl.adapters.nvml import NvmlError, NvmlReader
 from migctl.core.catalog import Catalog
-
-from .fake_nvml import FakeNvml, a100_mig, h100_no_mig, h200_no_mig, t4
+from tests.unit.fake_nvml import FakeNvml, a100_mig, h100_no_mig, h200_no_mig, t4
 
 
 def test_a100_with_mig_reports_instances_placements_and_busy_devices(catalog: Catalog) -> None:
