@@ -66,21 +66,25 @@ class Record:
     shared_stranded: int = -1
     shared_s: float = 0.0
 
+    def matches(self, tiers: tuple[int, ...], stranded: int | None = None) -> bool:
+        """Whether a plan's tiers (and, when given, its stranded MiB) are the optimum's."""
+        return tiers == self.exact_tiers and (stranded is None or stranded == self.exact_stranded)
+
     @property
     def tiers_match(self) -> bool:
-        return self.planner_tiers == self.exact_tiers
+        return self.matches(self.planner_tiers)
 
     @property
     def exact_match(self) -> bool:
-        return self.tiers_match and self.planner_stranded == self.exact_stranded
+        return self.matches(self.planner_tiers, self.planner_stranded)
 
     @property
     def shared_tiers_match(self) -> bool:
-        return self.shared_tiers == self.exact_tiers
+        return self.matches(self.shared_tiers)
 
     @property
     def shared_exact_match(self) -> bool:
-        return self.shared_tiers_match and self.shared_stranded == self.exact_stranded
+        return self.matches(self.shared_tiers, self.shared_stranded)
 
 
 def tiers_of(snapshot: Snapshot, placed: Iterable[str]) -> tuple[int, ...]:
