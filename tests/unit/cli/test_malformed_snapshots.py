@@ -132,6 +132,15 @@ QUANTITY_CASES = [
 ]
 
 
+def _plan_with(tmp_path: Path, kind: str, name: str, path: list[str | int], value: Any) -> Any:
+    """`migctl plan` of BASE with one field of one object set to `value`: it must exit 0 with a plan."""
+    items = copy.deepcopy(BASE)
+    _set(_obj(items, kind, name), path, value)
+    code, out, escaped = _plan(tmp_path, items)
+    assert escaped is None and code == 0, out
+    return _json(out)
+
+
 @pytest.mark.parametrize(
     ("kind", "name", "path", "label", "what", "value"),
     QUANTITY_CASES,
@@ -140,11 +149,7 @@ QUANTITY_CASES = [
 def test_a_bad_quantity_costs_only_its_object(
     tmp_path: Path, kind: str, name: str, path: list[str | int], label: str, what: str, value: Any
 ) -> None:
-    items = copy.deepcopy(BASE)
-    _set(_obj(items, kind, name), path, value)
-    code, out, escaped = _plan(tmp_path, items)
-    assert escaped is None and code == 0, out
-    data = _json(out)
+    data = _plan_with(tmp_path, kind, name, path, value)
     about = [m for m in _messages(data) if name in m and label in m]
     assert about, f"no message names {name} and {label}: {_messages(data)}"
     base = _baseline(tmp_path)
@@ -220,11 +225,7 @@ TYPED_FIELDS: list[tuple[str, str, list[str | int]]] = [
 def test_a_wrongly_typed_field_costs_only_its_object(
     tmp_path: Path, kind: str, name: str, path: list[str | int], value: Any
 ) -> None:
-    items = copy.deepcopy(BASE)
-    _set(_obj(items, kind, name), path, value)
-    code, out, escaped = _plan(tmp_path, items)
-    assert escaped is None and code == 0, out
-    data = _json(out)
+    data = _plan_with(tmp_path, kind, name, path, value)
     # a field that is ignored when it reads as nothing may pass; one that is read names the object
     if any(name in m for m in _messages(data)):
         assert any(name in m and ("expected" in m or "not" in m) for m in _messages(data)), _messages(data)
