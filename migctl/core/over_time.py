@@ -22,8 +22,10 @@ name order, each serves what the ones before it left, so rare requests get insta
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
+from migctl.core.catalog import GpuModel
 from migctl.core.cluster import Gpu, Node, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
 from migctl.core.forecast import Forecast
@@ -34,23 +36,31 @@ from migctl.core.settings import PlannerSettings
 from migctl.core.spare import Completions
 
 
-def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> Plan:
-    """`result` with its reshaped GPUs regrouped and idle GPUs pre-shaped (module docstring)."""
-    if not demand.models:
-        return result
+@dataclass
+class ModelGroup:
+    """The GPUs of one model as the forecast term sees them (`groups`)."""
+
+    model: GpuModel
+    base: Completions  # the model's forecast, a GPU's worth of pods per GPU
+    want: dict[object, float]  # the cluster's demand: a GPU's worth of pods per GPU of the model
+    fixed: list[GpuPlan] = field(default_factory=list)  # layouts the forecast does not choose
+    reshaped: list[tuple[Node, GpuPlan]] = field(default_factory=list)  # the plan reshapes them: layout free
+    idle: list[tuple[Node, GpuPlan, float | None]] = field(default_factory=list)  # (.., pause price or None: kept)
+
+
+def groups(result: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> list[ModelGroup]:
+    """Per model in id order, its GPUs in plan order: fixed, reshaped by the plan, or idle and pre-shapable, with
+    the price in served MiB a pre-shape must beat (`pause_price`). The one reading of a plan for the forecast
+    term, by the greedy (`for_the_forecast`) and the exact model (`migctl/core/exact/forecast_model.py`)."""
     nodes = {n.name: n for n in snapshot.nodes}
-    pods = {p.key: p for p in snapshot.pending}
-    on_gpu: dict[tuple[str, int], list[int]] = {}
-    for i, a in enumerate(result.assignments):
-        if a.gpu is not None:
-            on_gpu.setdefault((a.node, a.gpu), []).append(i)
-    assignments = list(result.assignments)
-    gpus: dict[tuple[str, int], GpuPlan] = {(n.name, g.index): g for n in result.nodes for g in n.gpus}
+    busy = {(a.node, a.gpu) for a in result.assignments if a.gpu is not None}
     by_model: dict[str, list[tuple[Node, GpuPlan]]] = {}
     for npl in result.nodes:
         node = nodes.get(npl.name)
         if node is not None and node.model is not None:
             by_model.setdefault(node.model.id, []).extend((node, g) for g in npl.gpus)
+    touched = {node.name for members in by_model.values() for node, gp in members if gp.changed}
+    out = []
     for mid, members in sorted(by_model.items()):
         model = members[0][0].model
         assert model is not None
@@ -58,46 +68,66 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
         base = Completions(geometry(model), mf)
         # pre-shaping bets a pause on the forecast: only once it rests on half a window of pods
         sure = mf is not None and mf.evidence >= settings.forecast_half_life_pods / 2
-        # the cluster's demand: a GPU's worth of pods per GPU of the model, less what fixed layouts serve
-        want: dict[object, float] = {c.key: n * len(members) for c, n in base.want}
-        fixed, reshaped, idle = [], [], []
+        group = ModelGroup(model, base, {c.key: n * len(members) for c, n in base.want})
         for node, gp in members:
             gpu = next((g for g in node.gpus if g.index == gp.index), None)
             if gp.changed:
-                reshaped.append((node, gp))
+                group.reshaped.append((node, gp))
             elif (
                 settings.preshape
                 and gpu is not None
-                and (node.name, gp.index) not in on_gpu
+                and (node.name, gp.index) not in busy
                 and _reshapable(node, gpu, settings)
             ):
-                idle.append((node, gp))
+                group.idle.append((node, gp, pause_price(model, node.name in touched, sure, settings)))
             else:
-                fixed.append(gp)
+                group.fixed.append(gp)
+        out.append(group)
+    return out
+
+
+def pause_price(model: GpuModel, touched: bool, sure: bool, settings: PlannerSettings) -> float | None:
+    """Served MiB a pre-shape must gain to pay for its pause, None when the GPU is not pre-shaped at all. A node
+    the plan relabels anyway pays no extra pause: its idle GPUs join the same relabel even before the forecast is
+    sure, at half the gain; elsewhere a pause is only bet on a forecast with evidence."""
+    if not (touched or (sure and settings.preshape_quiet_nodes)):
+        return None
+    return settings.preshape_min_gain * model.full_profile.memory_mib * (0.5 if touched else 1.0)
+
+
+def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> Plan:
+    """`result` with its reshaped GPUs regrouped and idle GPUs pre-shaped (module docstring): the greedy for the
+    forecast term, GPU by GPU."""
+    if not demand.models:
+        return result
+    pods = {p.key: p for p in snapshot.pending}
+    on_gpu: dict[tuple[str, int], list[int]] = {}
+    for i, a in enumerate(result.assignments):
+        if a.gpu is not None:
+            on_gpu.setdefault((a.node, a.gpu), []).append(i)
+    assignments = list(result.assignments)
+    gpus: dict[tuple[str, int], GpuPlan] = {(n.name, g.index): g for n in result.nodes for g in n.gpus}
+    for group in groups(result, snapshot, settings, demand):
+        base = group.base
         pooled: Counter[str] = Counter()
-        for gp in fixed:
+        for gp in group.fixed:
             if gp.target.mig_enabled:
                 pooled.update(dict(gp.target.layout))
-        want = base.with_want(want).residual(canonical(pooled))
+        want = base.with_want(group.want).residual(canonical(pooled))
         cache: dict[tuple[int, ...], Completions] = {}
-
-        touched = {node.name for node, _ in reshaped}
-        for node, gp in reshaped:
+        for node, gp in group.reshaped:
             comp = _at(base, cache, want)
             new = _regroup(gp, comp, node, on_gpu.get((node.name, gp.index), []), assignments, pods)
             gpus[(node.name, gp.index)] = new
             if new.target.mig_enabled:
                 want = comp.residual(new.target.layout)
-        for node, gp in idle:
+        for node, gp, price in group.idle:
             comp = _at(base, cache, want)
-            # a node the plan relabels anyway pays no extra pause: its idle GPUs join the same relabel even
-            # before the forecast is sure; elsewhere a pause is only bet on a forecast with evidence
-            bet = node.name in touched or (sure and settings.preshape_quiet_nodes)
-            new = _preshape(gp, comp, node.name in touched, settings) if bet else gp
+            new = gp if price is None else _preshape(gp, comp, price)
             gpus[(node.name, gp.index)] = new
             want = comp.residual(new.target.layout)
     node_plans = tuple(NodePlan(n.name, tuple(gpus[(n.name, g.index)] for g in n.gpus)) for n in result.nodes)
-    return _with(result, node_plans, tuple(assignments))
+    return with_layouts(result, node_plans, tuple(assignments))
 
 
 def _at(base: Completions, cache: dict[tuple[int, ...], Completions], want: dict[object, float]) -> Completions:
@@ -109,24 +139,23 @@ def _at(base: Completions, cache: dict[tuple[int, ...], Completions], want: dict
     return hit
 
 
-def _regroup(
-    gp: GpuPlan, comp: Completions, node: Node, idx: list[int], assignments: list[Assignment], pods: dict[str, Pod]
-) -> GpuPlan:
-    """A reshaped GPU's layout and its pods' instances, chosen for the forecast (or `gp` unchanged)."""
-    model = node.model
-    if not gp.changed or not gp.target.mig_enabled or model is None:
-        return gp
+def requests(
+    model: GpuModel, idx: list[int], assignments: list[Assignment] | tuple[Assignment, ...], pods: Mapping[str, Pod]
+) -> list[tuple[tuple[tuple[str, ...], int], int]] | None:
+    """The requests of the pods on one reshaped GPU (assignment indexes `idx`) as `Completions.regroup` takes them:
+    ((profiles that serve it, smallest first; real need MiB), assignment index), exact profiles first, then VRAM
+    requests largest first (smallest-fit is then exact for threshold requests); None when a pod has several
+    instances (which request an instance serves is not one-to-one) or none fits."""
     reqs: list[tuple[tuple[tuple[str, ...], int], int]] = []
     for i in idx:
         a = assignments[i]
         pod = pods.get(a.pod)
         if pod is None or pod.units != 1:
-            return gp  # a pod with several instances: which request an instance serves is not one-to-one
+            return None
         fits = profiles_for(model, pod.gpu[0])
         if not fits:
-            return gp
+            return None
         reqs.append(((tuple(p.name for p in fits), need_mib(pod.gpu[0], fits[0].memory_mib, pod.need_mib)), i))
-    # exact profiles first, then VRAM requests largest first: smallest-fit is then exact for threshold requests
     reqs.sort(
         key=lambda r: (
             len(r[0][0]) > 1 or pods[assignments[r[1]].pod].gpu[0].kind == "vram",
@@ -135,6 +164,19 @@ def _regroup(
             r[1],
         )
     )
+    return reqs
+
+
+def _regroup(
+    gp: GpuPlan, comp: Completions, node: Node, idx: list[int], assignments: list[Assignment], pods: dict[str, Pod]
+) -> GpuPlan:
+    """A reshaped GPU's layout and its pods' instances, chosen for the forecast (or `gp` unchanged)."""
+    model = node.model
+    if not gp.changed or not gp.target.mig_enabled or model is None:
+        return gp
+    reqs = requests(model, idx, assignments, pods)
+    if reqs is None:
+        return gp
     found = comp.regroup(tuple(r for r, _ in reqs))
     if found is None:
         return gp
@@ -147,14 +189,13 @@ def _regroup(
     return replace(gp, target=GpuConfig.mig(layout), unusable_mib_after=comp.geo.unusable_mib(layout))
 
 
-def _preshape(gp: GpuPlan, comp: Completions, touched: bool, settings: PlannerSettings) -> GpuPlan:
-    """An idle GPU the plan leaves alone, reshaped toward the forecast when the gain pays for the pause."""
+def _preshape(gp: GpuPlan, comp: Completions, price: float) -> GpuPlan:
+    """An idle GPU the plan leaves alone, reshaped toward the forecast when the gain pays for the pause (`price`)."""
     best = comp.best(())
     if best is None or best[0] == gp.current.layout:
         return gp
     gain = comp.served_of(best[0]) - comp.served_of(gp.current.layout)
-    need = settings.preshape_min_gain * comp.geo.model.full_profile.memory_mib * (0.5 if touched else 1.0)
-    if gain <= 0 or gain < need:
+    if gain <= 0 or gain < price:
         return gp
     return replace(gp, target=GpuConfig.mig(best[0]), unusable_mib_after=best[1])
 
@@ -170,7 +211,7 @@ def _reshapable(node: Node, gpu: Gpu, settings: PlannerSettings) -> bool:
     )
 
 
-def _with(result: Plan, nodes: tuple[NodePlan, ...], assignments: tuple[Assignment, ...]) -> Plan:
+def with_layouts(result: Plan, nodes: tuple[NodePlan, ...], assignments: tuple[Assignment, ...]) -> Plan:
     """`result` with new node plans and assignments, its summary recomputed from them."""
     s = result.summary
     waste = sum(a.waste_mib for a in assignments)

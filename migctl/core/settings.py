@@ -55,6 +55,12 @@ class ExactSettings(BaseModel):
     reach_classes: int = Field(
         64, ge=0, description="Kinds of left-out pod whose reachable nodes seed sub-problems (highest priority first)."
     )
+    forecast_max_gpus: int = Field(
+        256, ge=0, description="Choose the layouts for the demand forecast exactly up to this many MIG GPUs."
+    )
+    forecast_nodes: int = Field(
+        1000, ge=1, description="Branch-and-bound nodes per stage of that choice (the forecast term's model)."
+    )
 
     def thorough(self) -> ExactSettings:
         """A larger budget for `migctl plan --thorough`: bigger whole instances, more and larger sub-problems."""
@@ -68,6 +74,8 @@ class ExactSettings(BaseModel):
                 "neighbourhood_nodes": max(self.neighbourhood_nodes, 2000),
                 "reach_classes": max(self.reach_classes, 1000),
                 "left_per_part": max(self.left_per_part, 64),
+                "forecast_max_gpus": max(self.forecast_max_gpus, 4096),
+                "forecast_nodes": max(self.forecast_nodes, 10_000),
             }
         )
 

@@ -56,6 +56,11 @@ class Completions:
             for lay in geo.layouts
         ]
 
+    @property
+    def layouts(self) -> list[tuple[Layout, dict[str, int], int, set[str]]]:
+        """Every valid layout of the model once: (layout, as a dict, unusable MiB, its media variants)."""
+        return self._layouts
+
     def served(self, free: Mapping[str, int]) -> int:
         """MiB of forecast demand (a GPU's worth of pods) that the free instances `free` can serve."""
         key = canonical((n, c) for n, c in free.items() if c > 0 and n != WHOLE_GPU)
@@ -127,26 +132,38 @@ class Completions:
             return self._regroup[key]
         found: tuple[tuple[int, int, int, Layout], Layout, tuple[str, ...]] | None = None
         for layout, have, unusable, variants in self._layouts:
-            left = dict(have)
-            got: list[str] = []
-            for accepts, _need in reqs:
-                pick = next((n for n in accepts if left.get(n, 0) > 0), None)
-                if pick is None:
-                    break
-                left[pick] -= 1
-                got.append(pick)
-            if len(got) < len(reqs) or any(left.get(n, 0) > 0 for n in variants):
-                continue  # cannot serve them, or pads with media variants nobody asked for
-            mib = self.geo.profiles
-            waste = sum(
-                mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs, strict=True)
-            )
+            matched = match(self.geo, have, variants, reqs)
+            if matched is None:
+                continue
+            got, waste, left = matched
             rank = (-self.served_of(layout), waste + unusable, -self._squares(left), layout)
             if found is None or rank < found[0]:
-                found = (rank, layout, tuple(got))
+                found = (rank, layout, got)
         result = None if found is None else (found[1], found[2])
         self._regroup[key] = result
         return result
+
+
+def match(
+    geo: ModelGeometry, have: Mapping[str, int], variants: set[str], reqs: tuple[tuple[tuple[str, ...], int], ...]
+) -> tuple[tuple[str, ...], int, dict[str, int]] | None:
+    """Requests `reqs` (as `Completions.regroup` takes them) served by the instances `have` of one layout, each
+    taking the first instance it accepts: (instance per request, their waste MiB, instances left), or None when
+    they do not all fit or the layout pads with media variants (`variants`) nobody asked for. The forecast's
+    exact model (`migctl/core/exact/forecast_model.py`) serves a reshaped GPU's pods the same way."""
+    left = dict(have)
+    got: list[str] = []
+    for accepts, _need in reqs:
+        pick = next((n for n in accepts if left.get(n, 0) > 0), None)
+        if pick is None:
+            return None
+        left[pick] -= 1
+        got.append(pick)
+    if any(left.get(n, 0) > 0 for n in variants):
+        return None
+    mib = geo.profiles
+    waste = sum(mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs, strict=True))
+    return tuple(got), waste, left
 
 
 def pour(

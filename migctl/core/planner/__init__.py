@@ -18,7 +18,7 @@ within about a second.
 """
 
 from migctl.core.objective import Cost, rank
-from migctl.core.planner.passes import Planner, _plan, plan
+from migctl.core.planner.passes import Planner, place, plan, shape
 from migctl.core.planner.strategy import STRATEGIES, Strategy
 
-__all__ = ["STRATEGIES", "Cost", "Planner", "Strategy", "_plan", "plan", "rank"]
+__all__ = ["STRATEGIES", "Cost", "Planner", "Strategy", "place", "plan", "rank", "shape"]

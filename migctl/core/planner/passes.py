@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from migctl.core import exact
 from migctl.core.budget import WorkBudget
 from migctl.core.cluster import Pod, Snapshot
+from migctl.core.exact import forecast_model
 from migctl.core.forecast import Forecast, forecast
 from migctl.core.objective import rank
 from migctl.core.over_time import for_the_forecast
@@ -112,7 +113,14 @@ def plan(snapshot: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     with _collector_paused():
         budget = WorkBudget.for_snapshot(snapshot, settings)
         demand = forecast(snapshot, settings)
-        return budget.stamp(for_the_forecast(_plan(snapshot, settings, budget, demand), snapshot, settings, demand))
+        return budget.stamp(shape(place(snapshot, settings, budget, demand), snapshot, settings, demand))
+
+
+def shape(placed: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> Plan:
+    """The objective's forecast term on the placement's plan: the greedy's layouts for the demand to come, or the
+    exact model's where it does better on a small snapshot (`migctl/core/exact/forecast_model.py`)."""
+    shaped = for_the_forecast(placed, snapshot, settings, demand)
+    return forecast_model.improve(placed, shaped, snapshot, settings, demand)
 
 
 @contextmanager
@@ -130,7 +138,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(snapshot: Snapshot, settings: PlannerSettings, budget: WorkBudget, demand: Forecast) -> Plan:
+def place(snapshot: Snapshot, settings: PlannerSettings, budget: WorkBudget, demand: Forecast) -> Plan:
+    """The placement: objectives 1-3 (pods per priority, stranded MiB, disruption), before the forecast term."""
     shapes: dict[str, Shapes] = {}
     completions: dict[str, Completions] = {}
     first = Planner(snapshot, settings, shapes=shapes, completions=completions, demand=demand)

@@ -19,7 +19,7 @@ from migctl.core.exact.model import build
 from migctl.core.forecast import EMPTY
 from migctl.core.placement import static_misfit
 from migctl.core.plan import Plan
-from migctl.core.planner import _plan, plan, rank
+from migctl.core.planner import place, plan, rank
 from migctl.core.settings import ExactSettings, PlannerSettings
 from tests.unit.builders import CATALOG
 from tests.unit.core.test_planner_properties import _check_valid, snapshots
@@ -43,7 +43,7 @@ def _check(snap: Snapshot, result: Plan) -> None:
 
 def _before_forecast(snap: Snapshot, settings: PlannerSettings | None = None) -> Plan:
     settings = settings or PlannerSettings()
-    return _plan(snap, settings, WorkBudget.for_snapshot(snap, settings), EMPTY)
+    return place(snap, settings, WorkBudget.for_snapshot(snap, settings), EMPTY)
 
 
 def _tiers(snap: Snapshot, settings: PlannerSettings | None = None) -> tuple[tuple[int, ...], int]:
