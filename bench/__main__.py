@@ -58,6 +58,23 @@ def print_quality(res: dict[str, Any]) -> None:
             f"{name:<11} {s['instances']:>4} {s['solved_optimal']:>6} {s['shared_objective1_match_pct']:>6.1f}% "
             f"{s['shared_exact_match_pct']:>7.1f}%  stranded gap % (obj1 ties) med/p95/max {strand}"
         )
+    print(
+        "the default plan in its two parts: the placement (objectives 1-3) vs the reference, and the forecast term "
+        "(the layouts for the demand to come) vs its own exact model on that placement:"
+    )
+    print(f"{'group':<11} {'place obj1 =':>12} {'place both =':>12}  {'term n/proven':>13} {'greedy served/both =':>21}"
+          f" {'plan served/both =':>19}  greedy served gap % med/p95/max")  # fmt: skip
+    for name, s in res["summary"].items():
+        if "term_plan_match_pct" not in s:
+            continue
+        tg = s["term_greedy_served_gap_pct"]
+        gap = f"{tg['median']:.3f}/{tg['p95']:.3f}/{tg['max']:.3f}" if tg.get("n") else "-"
+        print(
+            f"{name:<11} {s['placed_objective1_match_pct']:>11.1f}% {s['placed_exact_match_pct']:>11.1f}%  "
+            f"{s['term_instances']:>6}/{s['term_proven']:<6} "
+            f"{s['term_served_greedy_match_pct']:>9.1f}%/{s['term_greedy_match_pct']:>5.1f}% "
+            f"{s['term_served_plan_match_pct']:>9.1f}%/{s['term_plan_match_pct']:>5.1f}%  {gap}"
+        )
     allv = res["summary"]["all"]
     print(
         "the forecast's stranded cost (default vs forecast off, same pods): "
@@ -145,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-scale", action="store_true")
     ap.add_argument("--no-profile", action="store_true", help="do not cProfile plan() at scale")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per quality instance")
+    ap.add_argument(
+        "--reference", type=Path, help="reuse the exact results of an earlier --json run of the same instances"
+    )
     a = ap.parse_args(argv)
     q = a.quick
     results: dict[str, Any] = {
@@ -163,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                     if r.heuristic_tiers
                     else ""
                 )
+                + (f"  term {r.term_greedy} / {r.term_plan} / {r.term_optimum}" if r.term_optimum else "")
                 + (f"  !! {r.violation}" if r.violation else ""),
                 flush=True,
             )
@@ -177,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             seed0=a.seed,
             progress=show,
             n_hard=a.hard if a.hard is not None else (4 if q else 20),
+            reference=quality.load_records(a.reference) if a.reference else None,
         )
         results["quality"] = res
         print_quality(res)

@@ -12,6 +12,11 @@ Compared lexicographically, smaller is better:
 strategy's own terms); the local search counts stranded MiB with `fit_cost` and `stranded_mib` and keeps moves
 by `stranding` and `lowers`. Changing the objective starts here; `migctl/core/exact/model.py` states the same
 terms as an integer program, stage by stage in `rank`'s order.
+
+These terms decide the placement (`planner.place`). The objective's forecast term then chooses the layouts of
+the GPUs the placement reshapes, and pre-shapes idle ones, for the demand to come, the pods left where they are
+(`planner.shape`; docs/planning.md, "One objective in two parts"): its greedy is `over_time.py`, its integer
+program `exact/forecast_model.py`, and what a layout serves is `spare.py`'s.
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ def _before_forecast(snap: Snapshot, settings: PlannerSettings | None = None) ->
 
 
 def _tiers(snap: Snapshot, settings: PlannerSettings | None = None) -> tuple[tuple[int, ...], int]:
-    """Pods per priority and stranded MiB of the plan before its forecast step: the objective the solver shares
-    with the reference. The forecast step (`over_time.for_the_forecast`) trades stranded MiB now for the pods to
-    come by design, and the exact model has no forecast term yet (docs/planning.md, "Exact solves")."""
+    """Pods per priority and stranded MiB of the placement (`place`, before the forecast term): the part of the
+    objective this model shares with the reference. The forecast term trades stranded MiB now for the pods to
+    come by design and has a model of its own (tests/unit/core/test_forecast_model.py)."""
     result = _before_forecast(snap, settings)
     _check(snap, result)
     return tiers_of(snap, {a.pod for a in result.assignments}), result.objective()[1]
