@@ -188,7 +188,10 @@ class Completions:
         if key in self._regroup:
             return self._regroup[key]
         found: tuple[tuple[int, int, int, Layout], Layout, tuple[str, ...]] | None = None
+        taken = {n for accepts, _ in reqs for n in accepts}
         for layout, have, unusable, variants in self._layouts:
+            if not variants <= taken:
+                continue  # a media variant no request can take would be left spare: rejected below anyway
             left = dict(have)
             got: list[str] = []
             for accepts, _need in reqs:

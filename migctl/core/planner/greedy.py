@@ -19,6 +19,7 @@ from migctl.core.planner.strategy import Balance, Scarcity
 
 # `balance-first`: the spread of a node's resource fractions left counts in steps of this many per mille.
 BALANCE_STEP = 100
+_NO_LIMIT = float("inf")  # no GPU order bound yet
 
 
 class Greedy(Index):
@@ -152,8 +153,9 @@ class Greedy(Index):
                         if best is None or c[:2] < best[:2]:
                             best = c
                 continue
+            limit = best[1] if best is not None and unit[0] == best[0] else _NO_LIMIT
             for s in slots:
-                if s.order > (best[1] if best is not None and unit[0] == best[0] else float("inf")):
+                if s.order > limit:
                     break
                 if req.fits_in(s.node.free):
                     best = (unit[0], s.order, s, unit[3], unit[4], unit[5])
