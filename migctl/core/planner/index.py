@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from heapq import heapify, heappush
+from heapq import heapify, heappush, heapreplace
 
 from migctl.core.cluster import GpuDemand, Pod
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
@@ -63,7 +63,8 @@ class Index(PlanState):
         """Bring signature `sid`'s heaps up to date before they are read: push the entries of the slots whose
         state changed since (`_refresh`), once per slot at its latest state. A slot filled pod by pod between
         two pods of a rarer signature is pushed there once, not once per pod; entries of the states in between
-        would only have gone stale in the heap (only live entries ever win, so the heaps give the same tops)."""
+        would only have gone stale in the heap (only live entries ever win, so the heaps give the same tops).
+        A stale entry on top is replaced rather than pushed past, which spares popping it later."""
         changed = self.unindexed[sid]
         if not changed:
             return
@@ -74,6 +75,10 @@ class Index(PlanState):
                 heap = heaps.get((sid, kind, profile))
                 if heap is None:
                     heaps[(sid, kind, profile)] = [entry]
+                    continue
+                _, _, _, version, top = heap[0]
+                if version != top.version or top.changed:
+                    heapreplace(heap, entry)  # a stale entry on top (often the slot's own: it just won) goes
                 else:
                     heappush(heap, entry)
         changed.clear()
@@ -95,10 +100,11 @@ class Index(PlanState):
         """Small-int id of the slot's state key: memo lookups then hash two ints, not nested tuples."""
         return self.key_ids.setdefault(state_key(slot), len(self.key_ids))
 
-    def _can_grow(self, slot: Slot) -> bool:
+    def _can_grow(self, slot: Slot, kid: int | None = None) -> bool:
+        """Whether some reshaping option is left on the slot (`kid`: its state id, when the caller has it)."""
         if not slot.reconfigurable or slot.model is None:
             return False
-        key = self._kid(slot)
+        key = self._kid(slot) if kid is None else kid
         hit = self.grow_memo.get(key)
         if hit is None:
             names = [p.name for p in slot.model.profiles] + [WHOLE_GPU]
@@ -110,7 +116,8 @@ class Index(PlanState):
         """Move a reshapable slot to the view list of its new state (or out, once it can take nothing more)."""
         if not slot.reconfigurable:
             return
-        new = self._kid(slot) if self._can_grow(slot) else None
+        kid = self._kid(slot) if slot.model is not None else None
+        new = kid if kid is not None and self._can_grow(slot, kid) else None
         old = slot.key
         if new == old:
             return
