@@ -197,6 +197,7 @@ class Snapshot:
     rejected: tuple[tuple[str, str], ...] = ()  # (pod key, why its spec could not be read)
     problems: tuple[tuple[str, str, str], ...] = ()  # (kind, name, what is wrong): objects skipped or frozen
 
-    @property
+    @cached_property
     def pending(self) -> tuple[Pod, ...]:
+        """Pending GPU pods; cached (the snapshot is frozen): one plan asks for them a dozen times."""
         return tuple(p for p in self.pods if p.pending and p.gpu)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from migctl.core.catalog import GpuModel
+from migctl.core.catalog import GpuModel, Profile
 from migctl.core.cluster import GpuDemand, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
 from migctl.core.quantity import to_bytes
@@ -135,11 +135,14 @@ def _mix(model: GpuModel, samples: list[tuple[float, tuple[GpuDemand, ...], int 
     weight: dict[ClassKey, float] = {}
     need: dict[ClassKey, float] = {}
     info: dict[ClassKey, tuple[str, tuple[str, ...], int]] = {}
+    serves: dict[GpuDemand, tuple[Profile, ...]] = {}  # thousands of samples, a few dozen distinct requests
     for w, demands, annotated in samples:
         for d in demands:
             if d.kind == "gpu":
                 continue  # a whole GPU with MIG off leaves no MIG instance to plan for
-            fits = profiles_for(model, d)
+            fits = serves.get(d)
+            if fits is None:
+                fits = serves[d] = profiles_for(model, d)
             if not fits:
                 continue  # this model cannot serve it: no demand for its instances
             smallest = fits[0]

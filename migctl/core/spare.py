@@ -19,7 +19,8 @@ unusable memory, then larger free instances (sum of squared GiB), then the layou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from copy import copy
 
 from migctl.core.demand import WHOLE_GPU
@@ -27,6 +28,13 @@ from migctl.core.forecast import DemandClass, ModelForecast
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical
 
 Layout = CanonicalLayout
+Request = tuple[tuple[str, ...], int]  # (profiles that serve it, smallest first; real need MiB)
+# the memos of one capped want (`Completions.with_want`): best completions, served MiB, regroups
+_Memos = tuple[
+    dict[Layout, tuple[Layout, int, int] | None],
+    dict[Layout, int],
+    dict[tuple[Request, ...], tuple[Layout, tuple[str, ...]] | None],
+]
 # usefulness packs (served MiB, squared GiB) into one int, served first
 _SQ_BITS = 24
 
@@ -48,7 +56,12 @@ class Completions:
         )
         self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
         self._served: dict[Layout, int] = {}
-        self._regroup: dict[tuple[tuple[tuple[str, ...], int], ...], tuple[Layout, tuple[str, ...]] | None] = {}
+        self._regroup: dict[tuple[Request, ...], tuple[Layout, tuple[str, ...]] | None] = {}
+        self._takes: dict[tuple[tuple[str, int], ...], list[tuple[str, int]]] = {}
+        # `with_want`'s copies share memos by their want capped at a GPU's instances
+        self._capped = False
+        self._families: dict[tuple[float, ...], _Memos] = {}
+        self._room: dict[str, int] | None = _room(self.want)
         self._sq = {n: (p.memory_mib // 1024) ** 2 for n, p in geo.profiles.items()}
         # every valid layout once: as a dict, its unusable MiB, and whether it contains media variants
         self._layouts = [
@@ -63,25 +76,55 @@ class Completions:
 
     def served(self, free: Mapping[str, int]) -> int:
         """MiB of forecast demand (a GPU's worth of pods) that the free instances `free` can serve."""
-        key = canonical((n, c) for n, c in free.items() if c > 0 and n != WHOLE_GPU)
+        key = self._key(free.items())
         hit = self._served.get(key)
         if hit is not None:
             return hit
-        hit = self._served[key] = round(pour(self.want, key, self.pod_mib)[0])
-        return hit
+        return self._pour(key)
 
     def served_of(self, layout: Layout) -> int:
         """`served` of a canonical layout (no copy)."""
         hit = self._served.get(layout)
         if hit is None:
-            hit = self._served[layout] = round(pour(self.want, layout, self.pod_mib)[0])
+            hit = self._pour(layout)
+        return hit
+
+    def _key(self, free: Iterable[tuple[str, int]]) -> Layout:
+        """`served`'s memo key of free instances (a mapping's items): canonical, each count capped at `_room` (a
+        pool of a busy node holds dozens of instances, and its every state would be a fresh key otherwise)."""
+        room = self._room
+        if room is None:
+            return canonical((n, c) for n, c in free if c > 0 and n != WHOLE_GPU)
+        # a mapping's items: each name once, so sorting the pairs is `canonical` without its Counter
+        return tuple(sorted((n, m) for n, c in free if n != WHOLE_GPU and (m := min(c, room.get(n, 0))) > 0))
+
+    def _pour(self, key: Layout) -> int:
+        """`served` of canonical free instances, memoised: in a capped family only for at most a GPU's
+        instances, the multisets whose value the cap does not change (`with_want`)."""
+        hit = round(pour(self.want, key, self.pod_mib)[0])
+        if not self._capped or sum(c for _, c in key) <= self.geo.model.max_instances:
+            self._served[key] = hit
         return hit
 
     def with_want(self, want: Mapping[object, float]) -> Completions:
-        """The same model and forecast classes with another demand to serve (pods per class), fresh memos."""
+        """The same model and forecast classes with another demand to serve (pods per class).
+
+        Its memos are shared with every other copy whose want is the same once each class is capped at a GPU's
+        instances (`model.max_instances`): `pour` gives a class of at least that many pods every instance that
+        serves it, as it would give a class of any more, so `served` of up to that many instances, and with it
+        `best` and `regroup` (which only ask it of valid layouts), is the same for both. `for_the_forecast`
+        asks for a fresh want per GPU as the demand is served down; capped, a few dozen wants remain."""
         other = copy(self)
         other.want = tuple((c, want.get(c.key, 0.0)) for c, _ in self.want)
-        other._best, other._served, other._regroup = {}, {}, {}
+        cap = self.geo.model.max_instances
+        family = tuple(min(n, cap) for _, n in other.want)
+        memos = self._families.get(family)
+        if memos is None:
+            memos = self._families[family] = ({}, {}, {})
+        other._best, other._served, other._regroup = memos
+        other._takes = {}
+        other._capped = True
+        other._room = None  # the memos are shared: a key must not depend on one member's want
         return other
 
     def residual(self, layout: Layout) -> dict[object, float]:
@@ -104,6 +147,25 @@ class Completions:
         rest[profile] = rest.get(profile, 0) - 1
         return self.usefulness(rest)
 
+    def takes(self, free: Mapping[str, int]) -> list[tuple[str, int]]:
+        """(profile, `usefulness_without(free, profile)`) for each profile `free` has an instance of, in its order.
+        Memoised by its items: the greedy asks it of every GPU state it indexes, and a few thousand states
+        repeat over tens of thousands of GPU updates at scale."""
+        key = tuple(free.items())
+        hit = self._takes.get(key)
+        if hit is None:
+            squares = self._squares(free)
+            hit = self._takes[key] = []
+            for name, c in key:
+                if c <= 0:
+                    continue
+                if name == WHOLE_GPU:
+                    hit.append((name, 0))
+                    continue
+                rest = self._key((n, k - 1 if n == name else k) for n, k in key)
+                hit.append((name, (self.served_of(rest) << _SQ_BITS) + squares - self._sq[name]))
+        return hit
+
     def best(self, assigned: Layout) -> tuple[Layout, int, int] | None:
         """(layout, unusable MiB, usefulness of its free instances) or None when `assigned` cannot exist.
         The layout serves the most forecast demand with its free instances (module docstring)."""
@@ -120,7 +182,7 @@ class Completions:
         self._best[assigned] = result
         return result
 
-    def regroup(self, reqs: tuple[tuple[tuple[str, ...], int], ...]) -> tuple[Layout, tuple[str, ...]] | None:
+    def regroup(self, reqs: tuple[Request, ...]) -> tuple[Layout, tuple[str, ...]] | None:
         """The layout and instance per request for a reshaped GPU that must serve `reqs` ((profiles that serve
         it, smallest first; real need MiB), largest first): every valid layout is tried, each request taking
         the smallest instance of it that serves it, and the one whose spare instances serve the most forecast
@@ -131,7 +193,10 @@ class Completions:
         if key in self._regroup:
             return self._regroup[key]
         found: tuple[tuple[int, int, int, Layout], Layout, tuple[str, ...]] | None = None
+        taken = {n for accepts, _ in reqs for n in accepts}
         for layout, have, unusable, variants in self._layouts:
+            if not variants <= taken:
+                continue  # a media variant no request can take would be left spare: `match` rejects it anyway
             matched = match(self.geo, have, variants, reqs)
             if matched is None:
                 continue
@@ -164,6 +229,18 @@ def match(
     mib = geo.profiles
     waste = sum(mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs, strict=True))
     return tuple(got), waste, left
+
+
+def _room(want: tuple[tuple[DemandClass, float], ...]) -> dict[str, int]:
+    """Per profile, more instances than the classes that take it want in all (one more than their sum, rounded
+    up, so float sums cannot tip it). `pour` takes at most that many of a profile and finds some left every
+    time it looks, so it pours the same into this many as into any more, and leaves out profiles no class
+    takes: capped there, the free instances of a pool keep their `served` (`Completions._key`)."""
+    total: dict[str, float] = {}
+    for cls, pods in want:
+        for name in cls.accepts:
+            total[name] = total.get(name, 0.0) + pods
+    return {name: math.ceil(pods) + 1 for name, pods in total.items()}
 
 
 def pour(

@@ -19,6 +19,7 @@ from migctl.core.planner.strategy import Balance, Scarcity
 
 # `balance-first`: the spread of a node's resource fractions left counts in steps of this many per mille.
 BALANCE_STEP = 100
+_NO_LIMIT = float("inf")  # no GPU order bound yet
 
 
 class Greedy(Index):
@@ -101,6 +102,7 @@ class Greedy(Index):
         """Place a pod of one GPU unit at its cheapest option (`_cost`, then GPU order); False if none."""
         demand = pod.gpu[0]
         sid = self._sig(pod)
+        self._index(sid)
         cid = self._cid(pod, demand)
         protects = self._protect_kinds(pod)
         balanced = self.strategy.balance is not None
@@ -130,11 +132,11 @@ class Greedy(Index):
                 scarce = (self._protect(pod, kind) or share) if protects else share
                 cost = existing_cost(waste, scarce, useful)
                 if balanced:
-                    cand = self._tilted(cost, pod, slot, profile, mib, Option(0, 0, 0, useful, False, slot.mig))
+                    cand = self._tilted(cost, pod, slot, profile, mib, self._as_is(useful, slot.mig))
                     if best is None or cand[:2] < best[:2]:
                         best = cand
                 elif best is None or (cost, slot.order) < best[:2]:
-                    best = (cost, slot.order, slot, profile, mib, Option(0, 0, 0, useful, False, slot.mig))
+                    best = (cost, slot.order, slot, profile, mib, self._as_is(useful, slot.mig))
         memo = self.unit_memo.setdefault(cid, {})
         for kid, slots in self.views[sid].items():
             unit = memo[kid] if kid in memo else self._reconf_unit(pod, demand, slots[0], kid, cid)
@@ -151,8 +153,9 @@ class Greedy(Index):
                         if best is None or c[:2] < best[:2]:
                             best = c
                 continue
+            limit = best[1] if best is not None and unit[0] == best[0] else _NO_LIMIT
             for s in slots:
-                if s.order > (best[1] if best is not None and unit[0] == best[0] else float("inf")):
+                if s.order > limit:
                     break
                 if req.fits_in(s.node.free):
                     best = (unit[0], s.order, s, unit[3], unit[4], unit[5])

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterable
-from heapq import heapify, heappush
+from heapq import heapify, heappush, heapreplace
 
 from migctl.core.cluster import GpuDemand, Pod
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
@@ -36,6 +35,7 @@ class Index(PlanState):
         self.sig_nodes.append(fitting)
         self.sig_kinds.append(sorted({s.kind for ns in fitting for s in ns.slots}))
         self.views.append({})
+        self.unindexed.append({})
         fresh: dict[tuple[int, str, str], list[Entry]] = {}  # this signature's heaps: filled, then heapified
         for ns in fitting:
             ns.sigs.append(sid)
@@ -59,16 +59,29 @@ class Index(PlanState):
         assigned = slot.assigned
         return {n: c - assigned[n] for n, c in slot.free.items() if c > assigned[n]}
 
-    def _push_existing(self, slot: Slot, sids: Iterable[int]) -> None:
-        """Index the slot's free existing instances in the heaps of signatures `sids`."""
-        heaps, kind = self.heaps, slot.kind
-        for profile, entry in self._entries(slot):
-            for sid in sids:
+    def _index(self, sid: int) -> None:
+        """Bring signature `sid`'s heaps up to date before they are read: push the entries of the slots whose
+        state changed since (`_refresh`), once per slot at its latest state. A slot filled pod by pod between
+        two pods of a rarer signature is pushed there once, not once per pod; entries of the states in between
+        would only have gone stale in the heap (only live entries ever win, so the heaps give the same tops).
+        A stale entry on top is replaced rather than pushed past, which spares popping it later."""
+        changed = self.unindexed[sid]
+        if not changed:
+            return
+        heaps = self.heaps
+        for slot in changed:
+            kind = slot.kind
+            for profile, entry in self._entries(slot):
                 heap = heaps.get((sid, kind, profile))
                 if heap is None:
                     heaps[(sid, kind, profile)] = [entry]
+                    continue
+                _, _, _, version, top = heap[0]
+                if version != top.version or top.changed:
+                    heapreplace(heap, entry)  # a stale entry on top (often the slot's own: it just won) goes
                 else:
                     heappush(heap, entry)
+        changed.clear()
 
     def _entries(self, slot: Slot) -> list[tuple[str, Entry]]:
         """(profile, heap entry) per free existing instance the slot has now; none once its layout changes.
@@ -78,23 +91,20 @@ class Index(PlanState):
         if slot.entries is None or slot.entries[0] != slot.version:
             left = self._left(slot)
             comp = self.completions.get(slot.kind)
-            made = []
-            for profile, n in left.items():
-                if n <= 0:
-                    continue
-                useful = comp.usefulness_without(left, profile) if comp is not None else 0
-                made.append((profile, (-useful, slot.order, next(self._seq), slot.version, slot)))
-            slot.entries = (slot.version, made)
+            takes = comp.takes(left) if comp is not None else [(profile, 0) for profile in left]
+            seq, order, version = self._seq, slot.order, slot.version
+            slot.entries = (version, [(p, (-useful, order, next(seq), version, slot)) for p, useful in takes])
         return slot.entries[1]
 
     def _kid(self, slot: Slot) -> int:
         """Small-int id of the slot's state key: memo lookups then hash two ints, not nested tuples."""
         return self.key_ids.setdefault(state_key(slot), len(self.key_ids))
 
-    def _can_grow(self, slot: Slot) -> bool:
+    def _can_grow(self, slot: Slot, kid: int | None = None) -> bool:
+        """Whether some reshaping option is left on the slot (`kid`: its state id, when the caller has it)."""
         if not slot.reconfigurable or slot.model is None:
             return False
-        key = self._kid(slot)
+        key = self._kid(slot) if kid is None else kid
         hit = self.grow_memo.get(key)
         if hit is None:
             names = [p.name for p in slot.model.profiles] + [WHOLE_GPU]
@@ -106,7 +116,8 @@ class Index(PlanState):
         """Move a reshapable slot to the view list of its new state (or out, once it can take nothing more)."""
         if not slot.reconfigurable:
             return
-        new = self._kid(slot) if self._can_grow(slot) else None
+        kid = self._kid(slot) if slot.model is not None else None
+        new = kid if kid is not None and self._can_grow(slot, kid) else None
         old = slot.key
         if new == old:
             return
@@ -122,9 +133,12 @@ class Index(PlanState):
         slot.key = new
 
     def _refresh(self, slot: Slot) -> None:
-        """After the slot's state changed: retire its heap entries, index what it has left, move its view."""
+        """After the slot's state changed: retire its heap entries, queue what it has left for its signatures'
+        heaps (`_index`), move its view."""
         slot.version += 1
-        self._push_existing(slot, slot.node.sigs)
+        unindexed = self.unindexed
+        for sid in slot.node.sigs:
+            unindexed[sid][slot] = None
         self._rekey(slot)
 
     def _existing_option(self, slot: Slot, profile: str) -> Option | None:
@@ -135,7 +149,15 @@ class Index(PlanState):
             return None
         comp = self.completions.get(slot.kind)
         useful = comp.usefulness_without(left, profile) if comp is not None else 0
-        return Option(0, 0, 0, useful, False, slot.mig)
+        return self._as_is(useful, slot.mig)
+
+    def _as_is(self, useful: int, mig: bool) -> Option:
+        """The option of a free instance that exists (`objective.existing_cost`), one object per value: the
+        greedy makes one for every better candidate it meets."""
+        hit = self.as_is_memo.get((useful, mig))
+        if hit is None:
+            hit = self.as_is_memo[(useful, mig)] = Option(0, 0, 0, useful, False, mig)
+        return hit
 
     def _reconf_option(self, slot: Slot, profile: str, kid: int | None = None) -> Option | None:
         """`_compute_reconf`, memoised per state id (`kid`, when the caller has it) and profile."""

@@ -126,9 +126,11 @@ class PlanState:
         self.key_ids: dict[tuple[object, ...], int] = {}
         self.class_ids: dict[tuple[GpuDemand, int | None], int] = {}
         self.heaps: dict[tuple[int, str, str], list[Entry]] = {}
+        self.unindexed: list[dict[Slot, None]] = []  # per signature: slots changed since its heaps were read
         self._seq = count()  # unique tie-breaker: heap entries never compare slots
         self.option_memo: dict[tuple[int, str], Option | None] = {}
         self.grow_memo: dict[int, bool] = {}
+        self.as_is_memo: dict[tuple[int, bool], Option] = {}
         self.unit_memo: dict[int, dict[int, Candidate | None]] = {}  # demand class -> state id -> option
         self.choice_cost_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
