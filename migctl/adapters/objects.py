@@ -27,7 +27,7 @@ from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core import label_values
 from migctl.core.catalog import Catalog, GpuModel
 from migctl.core.cluster import Gpu, Node, Pod, Resources, Snapshot, Taint
-from migctl.core.geometry import geometry
+from migctl.core.geometry import CanonicalLayout, ModelGeometry, geometry
 from migctl.core.inventory import Inventory, parse_inventory
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
@@ -98,12 +98,12 @@ def _sort(objects: Iterable[Mapping[str, Any]], source: str) -> _Objects:
     out = _Objects()
     for i, obj in enumerate(objects):
         kind = obj.get("kind")
-        if kind == "Node":
-            out.nodes.append(dict(obj))
-        elif kind == "Pod":
-            out.pods.append(dict(obj))
+        if kind == "Pod":  # most objects: nothing here changes them, so a dict is kept as it is
+            out.pods.append(obj if type(obj) is dict else dict(obj))
+        elif kind == "Node":
+            out.nodes.append(obj if type(obj) is dict else dict(obj))
         elif kind == "ConfigMap":
-            out.configmaps.append(dict(obj))
+            out.configmaps.append(obj if type(obj) is dict else dict(obj))
         elif kind is None:
             raise InputError(source, f"items[{i}].kind: missing; expected Node, Pod or ConfigMap objects")
     return out
@@ -144,7 +144,10 @@ def _live_model(model: GpuModel, labels: Mapping[str, str], where: str, ctx: _Ct
             total_mib = mib
     if not memory and total_mib is None:
         return model
-    return model.with_live_memory(memory, total_mib)
+    live = (id(model), tuple(sorted(memory.items())), total_mib)
+    if live not in ctx.live_models:  # nodes of one model report the same memory: one live model for all of them
+        ctx.live_models[live] = (model, model.with_live_memory(memory, total_mib))  # model kept: its id stays its own
+    return ctx.live_models[live][1]
 
 
 def _layout_from_annotation(raw: str, count: int) -> dict[int, GpuConfig]:
@@ -166,13 +169,17 @@ def _extended(resource: str, value: Decimal) -> int:
         raise ValueError(f"status.allocatable[{resource}]: {e}") from e
 
 
-def _impossible(model: GpuModel | None, configs: Mapping[int, GpuConfig]) -> str:
+def _impossible(model: GpuModel | None, configs: Mapping[int, GpuConfig], ctx: _Ctx) -> str:
     """Why a current layout cannot be on this model (an unknown profile, too many slices), or ""."""
     if model is None:
         return ""
+    geo = geometry(model)
     for i, cfg in sorted(configs.items()):
         if cfg.mig_enabled:
-            why = geometry(model).problem(cfg.layout)
+            key = (id(geo), cfg.layout)  # a thousand nodes repeat a few hundred layouts
+            if key not in ctx.layout_problems:
+                ctx.layout_problems[key] = (geo, geo.problem(cfg.layout))  # geo kept: its id stays its own
+            why = ctx.layout_problems[key][1]
             if why:
                 return f"current layout of GPU {i} ({cfg}) is impossible on {model.id}: {why}"
     return ""
@@ -187,6 +194,12 @@ class _Ctx:
     mig_parted_source: str
     warnings: list[str]
     problems: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, message)
+    # Per snapshot, shared by its nodes (never by snapshots: the catalog or settings may differ): a layout's
+    # geometry problem, and the live model of a catalog model under the same memory labels.
+    layout_problems: dict[tuple[int, CanonicalLayout], tuple[ModelGeometry, str | None]] = field(default_factory=dict)
+    live_models: dict[tuple[int, tuple[tuple[str, int], ...], int | None], tuple[GpuModel, GpuModel]] = field(
+        default_factory=dict
+    )
 
     def warn(self, where: str, message: str, kind: str = "") -> None:
         """A warning; with `kind` (Node, Pod, ConfigMap) also an object problem the controller reports on it."""
@@ -326,7 +339,7 @@ def _node(
         if pending:
             frozen = frozen or f"MIG mode change pending a GPU reset on GPU {', '.join(map(str, pending))}"
 
-    impossible = _impossible(model, configs)
+    impossible = _impossible(model, configs, ctx)
     if impossible:  # never planned from, never written into a target: the node keeps no GPUs in the plan
         ctx.warn(where, f"{impossible}; node frozen", "Node")
         frozen, configs = impossible, {}
@@ -496,10 +509,10 @@ def snapshot_from_objects(
     rejected: list[tuple[str, str]] = []
     unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
     pods: list[Pod] = []
-    pod_keys = [f"{meta_of(o).get('namespace') or 'default'}/{meta_of(o).get('name') or '?'}" for o in objs.pods]
+    metas = [meta_of(o) for o in objs.pods]
+    pod_keys = [f"{m.get('namespace') or 'default'}/{m.get('name') or '?'}" for m in metas]
     last = {k: i for i, k in enumerate(pod_keys)}  # a later copy wins (a snapshot of snapshots)
-    for i, (key, obj) in enumerate(zip(pod_keys, objs.pods, strict=True)):
-        meta = meta_of(obj)
+    for i, (key, obj, meta) in enumerate(zip(pod_keys, objs.pods, metas, strict=True)):
         if last[key] != i:
             ctx.warn(f"pod {key}", "listed more than once; the last copy counts", "Pod")
             continue

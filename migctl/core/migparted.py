@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -131,17 +131,26 @@ class ConfigEntry(BaseModel):
 
     def filters(self) -> tuple[str, ...]:
         """The filter strings as mig-parted holds them: `()` when absent or "" (both match every GPU)."""
+        return self._filters
+
+    @cached_property
+    def _filters(self) -> tuple[str, ...]:  # cached (the model is frozen): resolving asks it per GPU
         f = self.device_filter
         if f is None or f == "":
             return ()
         return (f,) if isinstance(f, str) else tuple(f)
+
+    @cached_property
+    def config(self) -> GpuConfig:
+        """What this entry gives a GPU it applies to (cached: a thousand nodes share a few hundred entries)."""
+        return GpuConfig.mig(self.mig_devices or {}) if self.mig_enabled else GpuConfig.disabled()
 
     def matches(self, index: int, device: DeviceId | str | None, version: Version = NEWEST) -> bool | None:
         """Whether this entry applies to GPU `index` with PCI id `device`; None when that cannot be told
         (a filter and no id, or a subsystem-qualified filter and no subsystem id)."""
         if self.devices != "all" and index not in self.devices:
             return False
-        filters = self.filters()
+        filters = self._filters
         if not filters:
             return True
         if device is None:
@@ -337,8 +346,10 @@ def resolve_candidates(
         known = ", ".join(sorted(config.mig_configs)) or "none"
         raise InputError(source, f"mig-configs.{name}: no such config (known: {known})")
     out: dict[int, GpuConfig] = {}
+    filtered = any(e.filters() for e in entries)
     for index, candidates in gpus:
-        results = {_apply(entries, index, pci, version) for pci in candidates or [None]}
+        ids = (candidates or [None]) if filtered else [None]  # without a filter the id decides nothing
+        results = {_apply(entries, index, pci, version) for pci in ids}
         if len(results) == 1:
             (result,) = results
             if isinstance(result, GpuConfig):
@@ -356,7 +367,7 @@ def _apply(
         if hit is None:
             return "unknown"
         if hit:
-            got = GpuConfig.mig(entry.mig_devices or {}) if entry.mig_enabled else GpuConfig.disabled()
+            got = entry.config
     return got
 
 
