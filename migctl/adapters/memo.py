@@ -23,7 +23,7 @@ Version = tuple[str, str]  # (uid, resourceVersion)
 def version_of(obj: Mapping[str, Any]) -> Version | None:
     """The object's (uid, resourceVersion), or None when it lacks either (then it is never memoised)."""
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if type(meta) is not dict and not isinstance(meta, Mapping):
         return None
     uid, rv = meta.get("uid"), meta.get("resourceVersion")
     return (uid, rv) if isinstance(uid, str) and isinstance(rv, str) and uid and rv else None

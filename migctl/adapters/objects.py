@@ -14,7 +14,6 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import yaml
 
 from migctl.adapters.fields import mapping, maps, short
 from migctl.adapters.memo import ConversionMemo, NodeOutcome, PodOutcome
-from migctl.adapters.pods import meta_of, pod_from_object, quantity_at
+from migctl.adapters.pods import Shapes, meta_of, pod_from_object, quantity_at
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core import label_values
 from migctl.core.catalog import Catalog, GpuModel
@@ -31,9 +30,10 @@ from migctl.core.geometry import CanonicalLayout, ModelGeometry, geometry
 from migctl.core.inventory import Inventory, parse_inventory
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
+from migctl.core.migparted_rules import NEWEST, Version
 from migctl.core.naming import profile_from_resource
 from migctl.core.node_ids import gpu_ids, model_by_pci
-from migctl.core.quantity import to_count
+from migctl.core.quantity import parse_quantity, to_count
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError
 from migctl.wire import layout as layout_codec
@@ -159,8 +159,12 @@ def _layout_from_annotation(raw: str, count: int) -> dict[int, GpuConfig]:
     }
 
 
-def _extended(resource: str, value: Decimal) -> int:
+def _extended(resource: str, raw: Any) -> int:
     """An allocatable extended resource: GPUs and MIG instances are bounded counts, others whole units."""
+    try:
+        value = parse_quantity(raw)
+    except ValueError as e:  # the path spelled only when it is needed
+        raise ValueError(f"status.allocatable[{resource}]: {e}") from e
     try:
         if resource == WHOLE_GPU_RESOURCE or profile_from_resource(resource):
             return to_count(value, MAX_INSTANCES_PER_POD, "per node")
@@ -173,7 +177,7 @@ def _impossible(model: GpuModel | None, configs: Mapping[int, GpuConfig], ctx: _
     """Why a current layout cannot be on this model (an unknown profile, too many slices), or ""."""
     if model is None:
         return ""
-    geo = geometry(model)
+    geo = ctx.geometry(model)
     for i, cfg in sorted(configs.items()):
         if cfg.mig_enabled:
             key = (id(geo), cfg.layout)  # a thousand nodes repeat a few hundred layouts
@@ -194,12 +198,28 @@ class _Ctx:
     mig_parted_source: str
     warnings: list[str]
     problems: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, message)
+    version: Version = NEWEST  # the mig-parted rules (`operator.mig_parted_version`, read once)
     # Per snapshot, shared by its nodes (never by snapshots: the catalog or settings may differ): a layout's
     # geometry problem, and the live model of a catalog model under the same memory labels.
     layout_problems: dict[tuple[int, CanonicalLayout], tuple[ModelGeometry, str | None]] = field(default_factory=dict)
     live_models: dict[tuple[int, tuple[tuple[str, int], ...], int | None], tuple[GpuModel, GpuModel]] = field(
         default_factory=dict
     )
+    products: dict[tuple[str, int | None], GpuModel | None] = field(default_factory=dict)
+    geometries: dict[int, tuple[GpuModel, ModelGeometry]] = field(default_factory=dict)
+
+    def match_product(self, product: str, total_mib: int | None) -> GpuModel | None:
+        """`Catalog.match_product`, once per product and total for all nodes."""
+        key = (product, total_mib)
+        if key not in self.products:
+            self.products[key] = self.catalog.match_product(product, total_mib)
+        return self.products[key]
+
+    def geometry(self, model: GpuModel) -> ModelGeometry:
+        """`geometry(model)`, once per model object (nodes of one model share their live model)."""
+        if id(model) not in self.geometries:
+            self.geometries[id(model)] = (model, geometry(model))  # model kept: its id stays its own
+        return self.geometries[id(model)][1]
 
     def warn(self, where: str, message: str, kind: str = "") -> None:
         """A warning; with `kind` (Node, Pod, ConfigMap) also an object problem the controller reports on it."""
@@ -225,7 +245,7 @@ def _node(
             int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
         )
         extended = {
-            str(k): _extended(str(k), quantity_at(v, f"status.allocatable[{k}]"))
+            str(k): _extended(str(k), v)
             for k, v in alloc.items()
             if is_nvidia(str(k)) or k == ctx.settings.vram_resource
         }
@@ -238,7 +258,7 @@ def _node(
         return None
     inventory = _inventory(annotations, name, ctx)
     product = labels.get(GFD_PRODUCT, "") or (inventory.gpus[0].name if inventory and inventory.gpus else "")
-    model = ctx.catalog.match_product(product, _total_mib(labels)) if product else None
+    model = ctx.match_product(product, _total_mib(labels)) if product else None
     if model is None:
         model = model_by_pci(ctx.catalog, inventory)
     card = ctx.catalog.match_card(product) if product and model is None else None
@@ -312,7 +332,7 @@ def _node(
                     config_label,
                     gpu_ids(model, product, inventory, count),
                     ctx.mig_parted_source,
-                    ctx.operator.mig_parted_version,
+                    ctx.version,
                 )
         except (InputError, ValueError, TypeError, AttributeError) as e:
             ctx.warnings.append(f"{where}: current layout unreadable: {e}")
@@ -505,10 +525,11 @@ def snapshot_from_objects(
     catalog = catalog.readable_by(operator.mig_parted_version)  # never plan a name mig-manager cannot parse
     objs = _sort(objects, source)
     warnings: list[str] = []
-    ctx = _Ctx(catalog, settings, operator, None, "", warnings)
+    ctx = _Ctx(catalog, settings, operator, None, "", warnings, version=operator.mig_parted_version)
     rejected: list[tuple[str, str]] = []
     unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
     pods: list[Pod] = []
+    shapes: Shapes = {}  # pods that request alike (replicas) are read once (`pod_from_object`)
     metas = [meta_of(o) for o in objs.pods]
     pod_keys = [f"{m.get('namespace') or 'default'}/{m.get('name') or '?'}" for m in metas]
     last = {k: i for i, k in enumerate(pod_keys)}  # a later copy wins (a snapshot of snapshots)
@@ -518,7 +539,7 @@ def snapshot_from_objects(
             continue
         if meta.get("deletionTimestamp"):
             continue
-        outcome = memo.pod(obj, lambda o=obj: _convert_pod(o, settings))  # type: ignore[misc]
+        outcome = memo.pod(obj, lambda o=obj: _convert_pod(o, settings, shapes))  # type: ignore[misc]
         if outcome.error is not None:
             e = outcome.error
             spec = obj.get("spec")
@@ -594,10 +615,10 @@ def snapshot_from_objects(
     return Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected), tuple(ctx.problems))
 
 
-def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings) -> PodOutcome:
+def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings, shapes: Shapes) -> PodOutcome:
     notes: list[str] = []
     try:
-        return PodOutcome(pod_from_object(obj, settings, notes), tuple(notes))
+        return PodOutcome(pod_from_object(obj, settings, notes, shapes), tuple(notes))
     except OBJECT_ERRORS as e:
         return PodOutcome(None, (), e)
 

@@ -128,19 +128,11 @@ def _vram_demands(
 _ZERO = Decimal(0)
 
 
-def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None) -> Pod:
-    """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
-    rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
-    with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
-    unreadable resource MIG planning does not count (`_container_requests`).
+Shapes = dict[tuple[object, ...], tuple[tuple[GpuDemand, ...], Resources]]
 
-    A snapshot holds thousands of pods, so the common case (fields absent or of the right type) is read without
-    building the paths that only an error message needs."""
-    meta, spec = meta_of(obj), mapping(obj.get("spec"), "spec")
-    status = mapping(obj.get("status"), "status")
-    bound = spec.get("nodeName")
-    lenient = notes if bound else None
-    vram = settings.vram_resource
+
+def _requests(spec: Mapping[str, Any], lenient: list[str] | None, vram: str) -> tuple[tuple[GpuDemand, ...], Resources]:
+    """The pod's GPU demand and its CPU, memory and pod-slot request, from its containers and overhead."""
     containers = [
         _container_requests(c, f"spec.containers[{i}]", lenient, vram)
         for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))
@@ -175,6 +167,74 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: li
             if value <= 0:
                 raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
             demands.extend(_vram_demands(containers, inits, res))
+    cpu_m, memory = math.ceil(eff.get("cpu", _ZERO) * 1000), math.ceil(eff.get("memory", _ZERO))
+    return tuple(demands), Resources(cpu_m, memory, 1)
+
+
+def _items(value: Any) -> tuple[object, ...] | None:
+    """A resource list as a key: its pairs and their types (so `1`, `1.0` and `true` differ, as they do to the
+    parser); None when it is not a plain dict."""
+    if value is None:
+        return ()
+    if type(value) is not dict:
+        return None
+    return (*value.items(), *map(type, value), *map(type, value.values()))
+
+
+def _shape(spec: Mapping[str, Any]) -> tuple[object, ...] | None:
+    """What `_requests` reads of a pod, as a hashable key: the containers' resources (and each init
+    container's restartPolicy), when they are plain dicts and there is no overhead; None otherwise."""
+    if spec.get("overhead") is not None:
+        return None
+    key: list[object] = []
+    for field in ("containers", "initContainers"):
+        containers = spec.get(field)
+        if containers is None:
+            key.append(None)
+            continue
+        if type(containers) is not list:
+            return None
+        key.append(len(containers))
+        for c in containers:
+            res = c.get("resources") if type(c) is dict else None
+            if type(res) is not dict:
+                return None
+            limits, requests = _items(res.get("limits")), _items(res.get("requests"))
+            if limits is None or requests is None:
+                return None
+            key += (limits, requests, c.get("restartPolicy") if field == "initContainers" else None)
+    out = tuple(key)
+    try:
+        hash(out)
+    except TypeError:  # a list or a map where a quantity belongs: read (and refused) the long way
+        return None
+    return out
+
+
+def pod_from_object(
+    obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None, shapes: Shapes | None = None
+) -> Pod:
+    """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
+    rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
+    with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
+    unreadable resource MIG planning does not count (`_container_requests`).
+
+    A snapshot holds thousands of pods, so the common case (fields absent or of the right type) is read without
+    building the paths that only an error message needs; and with `shapes` (one dict per snapshot and planner
+    settings) pods whose containers request alike (replicas) have their requests read once. Only a reading
+    that raised nothing and noted nothing is kept there: any problem is found, and said, for every pod."""
+    meta, spec = meta_of(obj), mapping(obj.get("spec"), "spec")
+    status = mapping(obj.get("status"), "status")
+    bound = spec.get("nodeName")
+    lenient = notes if bound else None
+    key = _shape(spec) if shapes is not None else None
+    known = shapes.get(key) if shapes is not None and key is not None else None
+    if known is None:
+        noted = len(lenient) if lenient is not None else 0
+        known = _requests(spec, lenient, settings.vram_resource)
+        if shapes is not None and key is not None and (lenient is None or len(lenient) == noted):
+            shapes[key] = known
+    demands, requests = known
     annotations = mapping(meta.get("annotations"), "metadata.annotations")
     need = None
     if demands and settings.vram_annotation in annotations:  # the real need matters only to a GPU pod
@@ -208,8 +268,8 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: li
         priority=priority,
         node=str(bound) if bound else None,
         phase=str(status.get("phase") or "Pending"),
-        requests=Resources(math.ceil(eff.get("cpu", _ZERO) * 1000), math.ceil(eff.get("memory", _ZERO)), 1),
-        gpu=tuple(demands),
+        requests=requests,
+        gpu=demands,
         need_mib=need,
         node_selector=_node_selector(spec),
         affinity=_terms(spec),

@@ -345,11 +345,16 @@ def resolve_candidates(
             raise InputError(source, skipped.replace("; config skipped", "; the config is unreadable"))
         known = ", ".join(sorted(config.mig_configs)) or "none"
         raise InputError(source, f"mig-configs.{name}: no such config (known: {known})")
+    if not any(e.filters() for e in entries):  # the id decides nothing: each entry given to its devices, in order
+        given: dict[int, GpuConfig] = {}
+        wanted = [index for index, _ in gpus]
+        for e in entries:
+            for index in wanted if e.devices == "all" else [i for i in wanted if i in e.devices]:
+                given[index] = e.config  # the last matching entry wins
+        return {index: given[index] for index in wanted if index in given}
     out: dict[int, GpuConfig] = {}
-    filtered = any(e.filters() for e in entries)
     for index, candidates in gpus:
-        ids = (candidates or [None]) if filtered else [None]  # without a filter the id decides nothing
-        results = {_apply(entries, index, pci, version) for pci in ids}
+        results = {_apply(entries, index, pci, version) for pci in candidates or [None]}
         if len(results) == 1:
             (result,) = results
             if isinstance(result, GpuConfig):
