@@ -29,7 +29,8 @@ from migctl.core.cluster import Gpu, Node, Pod, Resources, Snapshot, Taint
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, geometry
 from migctl.core.inventory import Inventory, parse_inventory
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
-from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
+from migctl.core.migparted import GpuConfig, MigPartedConfig, parse
+from migctl.core.migparted_apply import resolve_candidates
 from migctl.core.migparted_rules import NEWEST, Version
 from migctl.core.naming import profile_from_resource
 from migctl.core.node_ids import gpu_ids, model_by_pci

@@ -3,7 +3,8 @@
 Format (NVIDIA/mig-parted api/spec/v1): `version: v1` and `mig-configs`, a map from a config name to a list of
 entries. Each entry selects GPUs by `devices` (`all` or indices) and an optional `device-filter` (PCI ids such
 as `0x233010DE`), and sets `mig-enabled` and `mig-devices` (profile -> count). mig-parted applies every matching
-entry in order, so for one GPU the last matching entry wins; GPUs matched by no entry are left untouched.
+entry in order, so for one GPU the last matching entry wins; GPUs matched by no entry are left untouched
+(`migparted_apply` reads a config that way).
 
 Reading follows mig-parted's Go decoder (YAML turned into JSON, then `encoding/json`): `mig-enabled` must be a
 bool, counts and device indices integers (`2.0` passes, as it does there; `'2'` does not), `devices` `all` or a
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Annotated, Any, Literal
@@ -33,12 +34,11 @@ from pydantic import (
     model_validator,
 )
 
+from migctl.core.documents import YAML_LOADER as _LOADER
+from migctl.core.documents import json_deeper_than
 from migctl.core.geometry import CanonicalLayout, canonical, describe
 from migctl.core.migparted_rules import NEWEST, DeviceId, Version, filters_match, name_problem, parse_pci_id
 from migctl.errors import InputError, Problem, from_validation_error
-
-# libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 CONFIG_PREFIX = "migctl-"
 
@@ -217,26 +217,13 @@ def _load(text: str, source: str) -> tuple[Any, bool]:
         except ValueError:
             pass  # YAML flow style (`{version: v1, ...}`) is not JSON: the YAML reader decides
         else:
-            _check_depth(data, source)
+            if json_deeper_than(text, MAX_JSON_DEPTH):
+                raise InputError(source, f"nested deeper than {MAX_JSON_DEPTH} levels")
             return data, True
     try:
         return yaml.load(text, Loader=_LOADER), False
     except yaml.YAMLError as e:
         raise InputError(source, f"broken YAML: {e}; expected a mig-parted config (version: v1)") from e
-
-
-def _check_depth(doc: Any, source: str) -> None:
-    level, depth = [doc], 1
-    while level:
-        if depth > MAX_JSON_DEPTH:
-            raise InputError(source, f"nested deeper than {MAX_JSON_DEPTH} levels")
-        nxt: list[Any] = []
-        for v in level:
-            if isinstance(v, dict):
-                nxt.extend(x for x in v.values() if isinstance(x, dict | list))
-            elif isinstance(v, list):
-                nxt.extend(x for x in v if isinstance(x, dict | list))
-        level, depth = nxt, depth + 1
 
 
 @lru_cache(maxsize=8)
@@ -307,73 +294,6 @@ def without_unreadable(config: MigPartedConfig, version: Version) -> MigPartedCo
         return config
     kept = {n: e for n, e in config.mig_configs.items() if n not in bad}
     return MigPartedConfig(version="v1", mig_configs=kept, skipped=(*config.skipped, *bad.values()))
-
-
-GpuIds = Sequence[DeviceId | str | None]
-
-
-def resolve(
-    config: MigPartedConfig,
-    name: str,
-    gpus: Sequence[tuple[int, DeviceId | str | None]],
-    source: str = "mig-parted config",
-    version: Version = NEWEST,
-) -> dict[int, GpuConfig]:
-    """Per-GPU configs that the named config gives the listed `(index, pci_id)` GPUs.
-
-    GPUs no entry touches are omitted, and so are GPUs for which an entry's match cannot be told (a filter and
-    an unknown id): in both cases the caller does not know the GPU's layout from this config."""
-    return resolve_candidates(config, name, [(i, [pci]) for i, pci in gpus], source, version)
-
-
-def resolve_candidates(
-    config: MigPartedConfig,
-    name: str,
-    gpus: Sequence[tuple[int, GpuIds]],
-    source: str = "mig-parted config",
-    version: Version = NEWEST,
-) -> dict[int, GpuConfig]:
-    """As `resolve`, for GPUs whose own PCI id is one of several candidates: a GPU gets a config only when every
-    candidate id gives it the same one (so the answer does not depend on which id the GPU really has)."""
-    entries = config.mig_configs.get(name)
-    if entries is None:
-        skipped = next(
-            (s for s in config.skipped if s.startswith(f"mig-configs.{name}:") or s.startswith(f"mig-configs.{name}[")),
-            None,
-        )
-        if skipped:
-            raise InputError(source, skipped.replace("; config skipped", "; the config is unreadable"))
-        known = ", ".join(sorted(config.mig_configs)) or "none"
-        raise InputError(source, f"mig-configs.{name}: no such config (known: {known})")
-    if not any(e.filters() for e in entries):  # the id decides nothing: each entry given to its devices, in order
-        given: dict[int, GpuConfig] = {}
-        wanted = [index for index, _ in gpus]
-        for e in entries:
-            for index in wanted if e.devices == "all" else [i for i in wanted if i in e.devices]:
-                given[index] = e.config  # the last matching entry wins
-        return {index: given[index] for index in wanted if index in given}
-    out: dict[int, GpuConfig] = {}
-    for index, candidates in gpus:
-        results = {_apply(entries, index, pci, version) for pci in candidates or [None]}
-        if len(results) == 1:
-            (result,) = results
-            if isinstance(result, GpuConfig):
-                out[index] = result
-    return out
-
-
-def _apply(
-    entries: Sequence[ConfigEntry], index: int, pci: DeviceId | str | None, version: Version
-) -> GpuConfig | str | None:
-    """What the entries give one GPU: a config, None (untouched) or "unknown"."""
-    got: GpuConfig | None = None
-    for entry in entries:
-        hit = entry.matches(index, pci, version)
-        if hit is None:
-            return "unknown"
-        if hit:
-            got = entry.config
-    return got
 
 
 def _grouped(node: NodeConfig) -> list[tuple[list[int], GpuConfig]]:
