@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from migctl.core.cluster import Node, Pod
 
@@ -29,9 +29,9 @@ def version_of(obj: Mapping[str, Any]) -> Version | None:
     return (uid, rv) if isinstance(uid, str) and isinstance(rv, str) and uid and rv else None
 
 
-@dataclass(frozen=True)
-class PodOutcome:
-    """`pod_from_object`'s result for one object version: the pod and its notes, or the error it raised."""
+class PodOutcome(NamedTuple):
+    """`pod_from_object`'s result for one object version: the pod and its notes, or the error it raised (a
+    named tuple: a snapshot makes one per pod)."""
 
     pod: Pod | None
     notes: tuple[str, ...]

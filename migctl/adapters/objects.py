@@ -31,7 +31,7 @@ from migctl.core.inventory import Inventory, parse_inventory
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig, MigPartedConfig, parse
 from migctl.core.migparted_apply import resolve_candidates
-from migctl.core.migparted_rules import NEWEST, Version
+from migctl.core.migparted_rules import NEWEST, DeviceId, Version
 from migctl.core.naming import profile_from_resource
 from migctl.core.node_ids import gpu_ids, model_by_pci
 from migctl.core.quantity import parse_quantity, to_count
@@ -179,12 +179,17 @@ def _impossible(model: GpuModel | None, configs: Mapping[int, GpuConfig], ctx: _
     if model is None:
         return ""
     geo = ctx.geometry(model)
+    valid = ctx.valid_layouts
+    if all(not cfg.mig_enabled or (id(geo), cfg.layout) in valid for cfg in configs.values()):
+        return ""  # every layout here was checked on another node
     for i, cfg in sorted(configs.items()):
         if cfg.mig_enabled:
             key = (id(geo), cfg.layout)  # a thousand nodes repeat a few hundred layouts
             if key not in ctx.layout_problems:
                 ctx.layout_problems[key] = (geo, geo.problem(cfg.layout))  # geo kept: its id stays its own
             why = ctx.layout_problems[key][1]
+            if not why:
+                valid.add(key)
             if why:
                 return f"current layout of GPU {i} ({cfg}) is impossible on {model.id}: {why}"
     return ""
@@ -208,6 +213,12 @@ class _Ctx:
     )
     products: dict[tuple[str, int | None], GpuModel | None] = field(default_factory=dict)
     geometries: dict[int, tuple[GpuModel, ModelGeometry]] = field(default_factory=dict)
+    unknown_gpus: dict[tuple[int, GpuConfig], Gpu] = field(default_factory=dict)
+    counts: dict[tuple[str, Any, type], int] = field(default_factory=dict)  # allocatable extended resources
+    ids: dict[tuple[int, str, int], tuple[GpuModel, list[tuple[int, list[DeviceId | str | None]]]]] = field(
+        default_factory=dict
+    )
+    valid_layouts: set[tuple[int, CanonicalLayout]] = field(default_factory=set)  # (id of a kept geometry, layout)
 
     def match_product(self, product: str, total_mib: int | None) -> GpuModel | None:
         """`Catalog.match_product`, once per product and total for all nodes."""
@@ -215,6 +226,31 @@ class _Ctx:
         if key not in self.products:
             self.products[key] = self.catalog.match_product(product, total_mib)
         return self.products[key]
+
+    def extended(self, resource: str, raw: Any) -> int:
+        """`_extended`, once per resource and value for all nodes (a value that raises is read every time)."""
+        key = (resource, raw, type(raw))
+        try:
+            known = self.counts.get(key)
+        except TypeError:  # a list or a map where a quantity belongs: read (and refused) the long way
+            return _extended(resource, raw)
+        if known is None:
+            known = self.counts[key] = _extended(resource, raw)
+        return known
+
+    def gpu_ids(self, model: GpuModel, product: str, count: int) -> list[tuple[int, list[DeviceId | str | None]]]:
+        """`node_ids.gpu_ids` of a node without the agent's inventory, once per model, product and count."""
+        key = (id(model), product, count)
+        if key not in self.ids:
+            self.ids[key] = (model, gpu_ids(model, product, None, count))  # model kept: its id stays its own
+        return self.ids[key][1]
+
+    def unknown_gpu(self, index: int, config: GpuConfig) -> Gpu:
+        """A GPU whose usage is unknown (frozen, no mutable parts), once per index and config for all nodes."""
+        key = (index, config)
+        if key not in self.unknown_gpus:
+            self.unknown_gpus[key] = Gpu(index, config, None, None)
+        return self.unknown_gpus[key]
 
     def geometry(self, model: GpuModel) -> ModelGeometry:
         """`geometry(model)`, once per model object (nodes of one model share their live model)."""
@@ -246,7 +282,7 @@ def _node(
             int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
         )
         extended = {
-            str(k): _extended(str(k), v)
+            str(k): ctx.extended(str(k), v)
             for k, v in alloc.items()
             if is_nvidia(str(k)) or k == ctx.settings.vram_resource
         }
@@ -331,7 +367,7 @@ def _node(
                 configs = resolve_candidates(  # by each GPU's own PCI id, as mig-parted matches it
                     ctx.mig_parted,
                     config_label,
-                    gpu_ids(model, product, inventory, count),
+                    gpu_ids(model, product, inventory, count) if inventory else ctx.gpu_ids(model, product, count),
                     ctx.mig_parted_source,
                     ctx.version,
                 )
@@ -387,22 +423,18 @@ def _node(
         from_hardware, why = _usage_from_inventory(inventory, mig_used, whole_used, pods_on_node)
         if from_hardware is None and gpu_pods:
             ctx.warnings.append(f"{where}: per-GPU usage unknown: {why}")
-    if configs:
-        per_gpu: dict[int, tuple[Counter[str], int]] = {i: (Counter(), 0) for i in configs}
-        if from_hardware is not None and not unreadable:
-            per_gpu, usage_known = from_hardware, True
+    hardware_usage = from_hardware is not None and not unreadable
+    usage_known = usage_known or bool(configs and hardware_usage)
+    if configs and not usage_known:  # nothing in them changes: GPUs alike on any node are one object
+        gpus = tuple(ctx.unknown_gpu(i, configs[i]) for i in sorted(configs))
+    elif configs:
+        per_gpu: dict[int, tuple[Mapping[str, int], int]] = {i: ({}, 0) for i in configs}
+        if from_hardware is not None and hardware_usage:
+            per_gpu = dict(from_hardware)
         elif gpu_pods and len(configs) == 1:
             (only,) = configs
             per_gpu[only] = (mig_used, whole_used)
-        gpus = tuple(
-            Gpu(
-                i,
-                configs[i],
-                dict(per_gpu[i][0]) if usage_known else None,
-                bool(per_gpu[i][1]) if usage_known else None,
-            )
-            for i in sorted(configs)
-        )
+        gpus = tuple(Gpu(i, configs[i], dict(per_gpu[i][0]), bool(per_gpu[i][1])) for i in sorted(configs))
     return Node(
         name=name,
         labels=labels,
@@ -488,11 +520,11 @@ def _cross_check(model: GpuModel | None, configs: Mapping[int, GpuConfig], exten
     """The device plugin's counts must agree with the layout we believe in (stale zeros are ignored)."""
     if model is None:
         return ""
-    expected: Counter[str] = Counter()
+    expected: dict[str, int] = {}
     for cfg in configs.values():
         for name, n in cfg.layout:
-            expected[name] += n
-    advertised = {profile_from_resource(k): v for k, v in extended.items() if profile_from_resource(k) and v > 0}
+            expected[name] = expected.get(name, 0) + n
+    advertised = {p: v for k, v in extended.items() if (p := profile_from_resource(k)) and v > 0}
     if not advertised:
         return ""  # the device plugin has not reported yet (or is paused): nothing to compare
     if dict(expected) != advertised:
@@ -521,6 +553,7 @@ def snapshot_from_objects(
     last snapshot is not converted again (memo.py); the snapshot is the same either way."""
     settings = settings or PlannerSettings()
     operator = operator or GpuOperatorSettings()
+    remembered = memo is not None  # without a memo (a snapshot file), nothing is looked up or kept
     memo = memo or ConversionMemo()
     memo.begin((catalog, settings, operator))
     catalog = catalog.readable_by(operator.mig_parted_version)  # never plan a name mig-manager cannot parse
@@ -540,7 +573,11 @@ def snapshot_from_objects(
             continue
         if meta.get("deletionTimestamp"):
             continue
-        outcome = memo.pod(obj, lambda o=obj: _convert_pod(o, settings, shapes))  # type: ignore[misc]
+        outcome = (
+            memo.pod(obj, lambda o=obj: _convert_pod(o, settings, shapes))  # type: ignore[misc]
+            if remembered
+            else _convert_pod(obj, settings, shapes)
+        )
         if outcome.error is not None:
             e = outcome.error
             spec = obj.get("spec")

@@ -174,11 +174,9 @@ def _requests(spec: Mapping[str, Any], lenient: list[str] | None, vram: str) -> 
 def _items(value: Any) -> tuple[object, ...] | None:
     """A resource list as a key: its pairs and their types (so `1`, `1.0` and `true` differ, as they do to the
     parser); None when it is not a plain dict."""
-    if value is None:
-        return ()
-    if type(value) is not dict:
-        return None
-    return (*value.items(), *map(type, value), *map(type, value.values()))
+    if type(value) is dict:
+        return (*value.items(), *map(type, value), *map(type, value.values()))
+    return () if value is None else None
 
 
 def _shape(spec: Mapping[str, Any]) -> tuple[object, ...] | None:
@@ -249,11 +247,11 @@ def pod_from_object(
                 raise
             notes.append(f"{where}: {short(annotations[settings.vram_annotation])} unreadable; ignored")
     conditions = status.get("conditions")
-    scheduled: Mapping[str, Any] = (
-        {}
-        if conditions is None
-        else next((c for c in maps(conditions, "status.conditions") if c.get("type") == "PodScheduled"), {})
-    )
+    scheduled: Mapping[str, Any] = {}
+    for c in () if conditions is None else maps(conditions, "status.conditions"):
+        if c.get("type") == "PodScheduled":
+            scheduled = c
+            break
     priority = spec.get("priority") or 0
     if type(priority) is not int:  # exactly int (a bool is not a priority): the common case, checked once
         if isinstance(priority, str) and _INT.match(priority):

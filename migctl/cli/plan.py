@@ -247,7 +247,7 @@ def vram_requests_section(
     from migctl.adapters.pods import placement_from_object
     from migctl.config.webhook import WebhookSettings
     from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
-    from migctl.core.vram_request import asks_for_vram, decide
+    from migctl.core.vram_request import VramDecision, asks_for_vram, decide
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)
@@ -255,28 +255,30 @@ def vram_requests_section(
     read = {p.key: p for p in snapshot.pods}
     out: list[dict[str, Any]] = []
     unreadable = {k for k, _ in snapshot.rejected}  # the plan already says why; the webhook never sees them
+    shown: dict[int, tuple[VramDecision, dict[str, Any]]] = {}  # pods of a kind share one decision: one dict
     for obj in objects:
         if obj.get("kind") != "Pod":
             continue
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
         if not (isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)):
             continue
-        if f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}" in unreadable:
-            continue
         if spec.get("nodeName") or (status.get("phase") or "Pending") != "Pending" or meta.get("deletionTimestamp"):
             continue
         if spec.get("schedulerName") == rules.fallback_scheduler:
             continue  # the fallback section shows these
-        if not asks_for_vram(obj, rules):
-            continue
         pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+        if pod in unreadable or not asks_for_vram(obj, rules):
+            continue
         placement: Pod | str | None = read.get(pod)
         if placement is None:  # a pod the adapter rejected (its reason is in the plan): read only its placement
             try:
                 placement = placement_from_object(obj)
             except (ValueError, KeyError, TypeError) as e:
                 placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"
-        out.append({"pod": pod, **decide(obj, placement, index, rules).to_dict()})
+        decision = decide(obj, placement, index, rules)
+        if id(decision) not in shown:
+            shown[id(decision)] = (decision, decision.to_dict())  # the decision kept: its id stays its own
+        out.append({"pod": pod, **shown[id(decision)][1]})
     return out
 
 

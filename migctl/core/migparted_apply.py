@@ -53,8 +53,9 @@ def resolve_candidates(
     if not any(e.filters() for e in entries):  # the id decides nothing: each entry given to its devices, in order
         given: dict[int, GpuConfig] = {}
         wanted = [index for index, _ in gpus]
+        asked = set(wanted)
         for e in entries:
-            for index in wanted if e.devices == "all" else [i for i in wanted if i in e.devices]:
+            for index in wanted if e.devices == "all" else [i for i in e.devices if i in asked]:
                 given[index] = e.config  # the last matching entry wins
         return {index: given[index] for index in wanted if index in given}
     out: dict[int, GpuConfig] = {}

@@ -256,6 +256,39 @@ def decide(
     if spec.get("schedulerName") == rules.fallback_scheduler:
         return _leave(f"schedulerName: {rules.fallback_scheduler} (migctl's fallback places it on a non-MIG GPU)")
     containers = _containers(pod)
+    if isinstance(placement, str) or not isinstance(offers, OfferIndex):
+        return _decide(containers, placement, offers, rules)
+    kind = _kind(containers, rules)  # a pod of a kind the index has seen costs its key and one look-up
+    if kind is None:
+        return _decide(containers, placement, offers, rules)
+    key = ("pod", kind, signature(placement), rules)
+    hit = offers.memo.get(key)
+    if hit is None:
+        hit = _decide(containers, placement, offers, rules)
+        offers.remember(key, hit)
+    assert isinstance(hit, VramDecision)
+    return hit
+
+
+def _kind(containers: _Containers, rules: VramRules) -> tuple[object, ...] | None:
+    """What `_decide` reads of the containers, as a key (values with their types: `1` is not `true`); None
+    when something there cannot be a key (a list where a name belongs)."""
+    key: list[object] = []
+    for init, i, c, resources in containers:
+        name, raw = c.get("name"), resources.get(rules.resource)
+        restart = c.get("restartPolicy") if init else None
+        key += (init, i, name, type(name), restart, type(restart), tuple(resources), raw, type(raw))
+    out = tuple(key)
+    try:
+        hash(out)
+    except TypeError:
+        return None
+    return out
+
+
+def _decide(
+    containers: _Containers, placement: Pod | str, offers: Sequence[ModelOffer] | OfferIndex, rules: VramRules
+) -> VramDecision:
     named = sorted({r for *_, resources in containers for r in resources if _names_gpu(r)})
     if named:
         return _leave(f"it already names a GPU resource ({', '.join(named)})")
@@ -272,7 +305,8 @@ def decide(
     key = (signature(placement), tuple(wanted), rules)
     hit = index.memo.get(key)
     if hit is None:
-        hit = index.memo[key] = _choose(placement, wanted, index, rules)
+        hit = _choose(placement, wanted, index, rules)
+        index.remember(key, hit)
     assert isinstance(hit, VramDecision)
     return hit
 
