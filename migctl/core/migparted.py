@@ -272,10 +272,12 @@ def _parse(text: str, source: str, version: Version) -> MigPartedConfig:
 
 def _entry(entry: dict[str, Any], version: Version, seen: dict[str, ConfigEntry] | None) -> ConfigEntry:
     """One entry validated; with `seen` (a JSON text, whose keys are all strings) entries spelled alike are
-    validated once: a thousand node configs repeat a few hundred distinct entries, and the model is frozen."""
+    validated once: a thousand node configs repeat a few hundred distinct entries, and the model is frozen.
+    Spelled alike: the same `repr`, which for what a JSON parser makes (str, int, float, bool, None, lists,
+    dicts in order) differs wherever the values or their types do (`1`, `1.0` and `true` are three spellings)."""
     if seen is None:
         return ConfigEntry.model_validate(entry, context={"version": version})
-    key = json.dumps(entry)
+    key = repr(entry)
     if key not in seen:
         seen[key] = ConfigEntry.model_validate(entry, context={"version": version})
     return seen[key]
