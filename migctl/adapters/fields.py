@@ -12,6 +12,8 @@ from typing import Any
 
 def mapping(value: Any, where: str) -> Mapping[str, Any]:
     """An object field that must be a mapping (absent or null reads as empty); TypeError naming the path."""
+    if type(value) is dict:  # what every loader gives: no ABC check (a snapshot reads hundreds of thousands)
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -29,6 +31,8 @@ def items(value: Any, where: str) -> list[Any]:
 
 def maps(value: Any, where: str) -> list[Mapping[str, Any]]:
     """A list of objects (containers, tolerations, terms): each element must be an object."""
+    if type(value) is list and all(type(v) is dict for v in value):
+        return value  # the common case, checked without building the element paths
     return [item(v, f"{where}[{i}]") for i, v in enumerate(items(value, where))]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from migctl.core.cluster import Node, Pod
 
@@ -23,15 +23,15 @@ Version = tuple[str, str]  # (uid, resourceVersion)
 def version_of(obj: Mapping[str, Any]) -> Version | None:
     """The object's (uid, resourceVersion), or None when it lacks either (then it is never memoised)."""
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if type(meta) is not dict and not isinstance(meta, Mapping):
         return None
     uid, rv = meta.get("uid"), meta.get("resourceVersion")
     return (uid, rv) if isinstance(uid, str) and isinstance(rv, str) and uid and rv else None
 
 
-@dataclass(frozen=True)
-class PodOutcome:
-    """`pod_from_object`'s result for one object version: the pod and its notes, or the error it raised."""
+class PodOutcome(NamedTuple):
+    """`pod_from_object`'s result for one object version: the pod and its notes, or the error it raised (a
+    named tuple: a snapshot makes one per pod)."""
 
     pod: Pod | None
     notes: tuple[str, ...]

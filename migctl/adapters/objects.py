@@ -14,7 +14,6 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,20 @@ import yaml
 
 from migctl.adapters.fields import mapping, maps, short
 from migctl.adapters.memo import ConversionMemo, NodeOutcome, PodOutcome
-from migctl.adapters.pods import meta_of, pod_from_object, quantity_at
+from migctl.adapters.pods import Shapes, meta_of, pod_from_object, quantity_at
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core import label_values
 from migctl.core.catalog import Catalog, GpuModel
 from migctl.core.cluster import Gpu, Node, Pod, Resources, Snapshot, Taint
-from migctl.core.geometry import geometry
+from migctl.core.geometry import CanonicalLayout, ModelGeometry, geometry
 from migctl.core.inventory import Inventory, parse_inventory
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
-from migctl.core.migparted import GpuConfig, MigPartedConfig, parse, resolve_candidates
+from migctl.core.migparted import GpuConfig, MigPartedConfig, parse
+from migctl.core.migparted_apply import resolve_candidates
+from migctl.core.migparted_rules import NEWEST, DeviceId, Version
 from migctl.core.naming import profile_from_resource
 from migctl.core.node_ids import gpu_ids, model_by_pci
-from migctl.core.quantity import to_count
+from migctl.core.quantity import parse_quantity, to_count
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError
 from migctl.wire import layout as layout_codec
@@ -98,12 +99,12 @@ def _sort(objects: Iterable[Mapping[str, Any]], source: str) -> _Objects:
     out = _Objects()
     for i, obj in enumerate(objects):
         kind = obj.get("kind")
-        if kind == "Node":
-            out.nodes.append(dict(obj))
-        elif kind == "Pod":
-            out.pods.append(dict(obj))
+        if kind == "Pod":  # most objects: nothing here changes them, so a dict is kept as it is
+            out.pods.append(obj if type(obj) is dict else dict(obj))
+        elif kind == "Node":
+            out.nodes.append(obj if type(obj) is dict else dict(obj))
         elif kind == "ConfigMap":
-            out.configmaps.append(dict(obj))
+            out.configmaps.append(obj if type(obj) is dict else dict(obj))
         elif kind is None:
             raise InputError(source, f"items[{i}].kind: missing; expected Node, Pod or ConfigMap objects")
     return out
@@ -144,7 +145,10 @@ def _live_model(model: GpuModel, labels: Mapping[str, str], where: str, ctx: _Ct
             total_mib = mib
     if not memory and total_mib is None:
         return model
-    return model.with_live_memory(memory, total_mib)
+    live = (id(model), tuple(sorted(memory.items())), total_mib)
+    if live not in ctx.live_models:  # nodes of one model report the same memory: one live model for all of them
+        ctx.live_models[live] = (model, model.with_live_memory(memory, total_mib))  # model kept: its id stays its own
+    return ctx.live_models[live][1]
 
 
 def _layout_from_annotation(raw: str, count: int) -> dict[int, GpuConfig]:
@@ -156,8 +160,12 @@ def _layout_from_annotation(raw: str, count: int) -> dict[int, GpuConfig]:
     }
 
 
-def _extended(resource: str, value: Decimal) -> int:
+def _extended(resource: str, raw: Any) -> int:
     """An allocatable extended resource: GPUs and MIG instances are bounded counts, others whole units."""
+    try:
+        value = parse_quantity(raw)
+    except ValueError as e:  # the path spelled only when it is needed
+        raise ValueError(f"status.allocatable[{resource}]: {e}") from e
     try:
         if resource == WHOLE_GPU_RESOURCE or profile_from_resource(resource):
             return to_count(value, MAX_INSTANCES_PER_POD, "per node")
@@ -166,13 +174,22 @@ def _extended(resource: str, value: Decimal) -> int:
         raise ValueError(f"status.allocatable[{resource}]: {e}") from e
 
 
-def _impossible(model: GpuModel | None, configs: Mapping[int, GpuConfig]) -> str:
+def _impossible(model: GpuModel | None, configs: Mapping[int, GpuConfig], ctx: _Ctx) -> str:
     """Why a current layout cannot be on this model (an unknown profile, too many slices), or ""."""
     if model is None:
         return ""
+    geo = ctx.geometry(model)
+    valid = ctx.valid_layouts
+    if all(not cfg.mig_enabled or (id(geo), cfg.layout) in valid for cfg in configs.values()):
+        return ""  # every layout here was checked on another node
     for i, cfg in sorted(configs.items()):
         if cfg.mig_enabled:
-            why = geometry(model).problem(cfg.layout)
+            key = (id(geo), cfg.layout)  # a thousand nodes repeat a few hundred layouts
+            if key not in ctx.layout_problems:
+                ctx.layout_problems[key] = (geo, geo.problem(cfg.layout))  # geo kept: its id stays its own
+            why = ctx.layout_problems[key][1]
+            if not why:
+                valid.add(key)
             if why:
                 return f"current layout of GPU {i} ({cfg}) is impossible on {model.id}: {why}"
     return ""
@@ -187,6 +204,59 @@ class _Ctx:
     mig_parted_source: str
     warnings: list[str]
     problems: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, message)
+    version: Version = NEWEST  # the mig-parted rules (`operator.mig_parted_version`, read once)
+    # Per snapshot, shared by its nodes (never by snapshots: the catalog or settings may differ): a layout's
+    # geometry problem, and the live model of a catalog model under the same memory labels.
+    layout_problems: dict[tuple[int, CanonicalLayout], tuple[ModelGeometry, str | None]] = field(default_factory=dict)
+    live_models: dict[tuple[int, tuple[tuple[str, int], ...], int | None], tuple[GpuModel, GpuModel]] = field(
+        default_factory=dict
+    )
+    products: dict[tuple[str, int | None], GpuModel | None] = field(default_factory=dict)
+    geometries: dict[int, tuple[GpuModel, ModelGeometry]] = field(default_factory=dict)
+    unknown_gpus: dict[tuple[int, GpuConfig], Gpu] = field(default_factory=dict)
+    counts: dict[tuple[str, Any, type], int] = field(default_factory=dict)  # allocatable extended resources
+    ids: dict[tuple[int, str, int], tuple[GpuModel, list[tuple[int, list[DeviceId | str | None]]]]] = field(
+        default_factory=dict
+    )
+    valid_layouts: set[tuple[int, CanonicalLayout]] = field(default_factory=set)  # (id of a kept geometry, layout)
+
+    def match_product(self, product: str, total_mib: int | None) -> GpuModel | None:
+        """`Catalog.match_product`, once per product and total for all nodes."""
+        key = (product, total_mib)
+        if key not in self.products:
+            self.products[key] = self.catalog.match_product(product, total_mib)
+        return self.products[key]
+
+    def extended(self, resource: str, raw: Any) -> int:
+        """`_extended`, once per resource and value for all nodes (a value that raises is read every time)."""
+        key = (resource, raw, type(raw))
+        try:
+            known = self.counts.get(key)
+        except TypeError:  # a list or a map where a quantity belongs: read (and refused) the long way
+            return _extended(resource, raw)
+        if known is None:
+            known = self.counts[key] = _extended(resource, raw)
+        return known
+
+    def gpu_ids(self, model: GpuModel, product: str, count: int) -> list[tuple[int, list[DeviceId | str | None]]]:
+        """`node_ids.gpu_ids` of a node without the agent's inventory, once per model, product and count."""
+        key = (id(model), product, count)
+        if key not in self.ids:
+            self.ids[key] = (model, gpu_ids(model, product, None, count))  # model kept: its id stays its own
+        return self.ids[key][1]
+
+    def unknown_gpu(self, index: int, config: GpuConfig) -> Gpu:
+        """A GPU whose usage is unknown (frozen, no mutable parts), once per index and config for all nodes."""
+        key = (index, config)
+        if key not in self.unknown_gpus:
+            self.unknown_gpus[key] = Gpu(index, config, None, None)
+        return self.unknown_gpus[key]
+
+    def geometry(self, model: GpuModel) -> ModelGeometry:
+        """`geometry(model)`, once per model object (nodes of one model share their live model)."""
+        if id(model) not in self.geometries:
+            self.geometries[id(model)] = (model, geometry(model))  # model kept: its id stays its own
+        return self.geometries[id(model)][1]
 
     def warn(self, where: str, message: str, kind: str = "") -> None:
         """A warning; with `kind` (Node, Pod, ConfigMap) also an object problem the controller reports on it."""
@@ -212,7 +282,7 @@ def _node(
             int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
         )
         extended = {
-            str(k): _extended(str(k), quantity_at(v, f"status.allocatable[{k}]"))
+            str(k): ctx.extended(str(k), v)
             for k, v in alloc.items()
             if is_nvidia(str(k)) or k == ctx.settings.vram_resource
         }
@@ -225,7 +295,7 @@ def _node(
         return None
     inventory = _inventory(annotations, name, ctx)
     product = labels.get(GFD_PRODUCT, "") or (inventory.gpus[0].name if inventory and inventory.gpus else "")
-    model = ctx.catalog.match_product(product, _total_mib(labels)) if product else None
+    model = ctx.match_product(product, _total_mib(labels)) if product else None
     if model is None:
         model = model_by_pci(ctx.catalog, inventory)
     card = ctx.catalog.match_card(product) if product and model is None else None
@@ -297,9 +367,9 @@ def _node(
                 configs = resolve_candidates(  # by each GPU's own PCI id, as mig-parted matches it
                     ctx.mig_parted,
                     config_label,
-                    gpu_ids(model, product, inventory, count),
+                    gpu_ids(model, product, inventory, count) if inventory else ctx.gpu_ids(model, product, count),
                     ctx.mig_parted_source,
-                    ctx.operator.mig_parted_version,
+                    ctx.version,
                 )
         except (InputError, ValueError, TypeError, AttributeError) as e:
             ctx.warnings.append(f"{where}: current layout unreadable: {e}")
@@ -326,7 +396,7 @@ def _node(
         if pending:
             frozen = frozen or f"MIG mode change pending a GPU reset on GPU {', '.join(map(str, pending))}"
 
-    impossible = _impossible(model, configs)
+    impossible = _impossible(model, configs, ctx)
     if impossible:  # never planned from, never written into a target: the node keeps no GPUs in the plan
         ctx.warn(where, f"{impossible}; node frozen", "Node")
         frozen, configs = impossible, {}
@@ -353,22 +423,18 @@ def _node(
         from_hardware, why = _usage_from_inventory(inventory, mig_used, whole_used, pods_on_node)
         if from_hardware is None and gpu_pods:
             ctx.warnings.append(f"{where}: per-GPU usage unknown: {why}")
-    if configs:
-        per_gpu: dict[int, tuple[Counter[str], int]] = {i: (Counter(), 0) for i in configs}
-        if from_hardware is not None and not unreadable:
-            per_gpu, usage_known = from_hardware, True
+    hardware_usage = from_hardware is not None and not unreadable
+    usage_known = usage_known or bool(configs and hardware_usage)
+    if configs and not usage_known:  # nothing in them changes: GPUs alike on any node are one object
+        gpus = tuple(ctx.unknown_gpu(i, configs[i]) for i in sorted(configs))
+    elif configs:
+        per_gpu: dict[int, tuple[Mapping[str, int], int]] = {i: ({}, 0) for i in configs}
+        if from_hardware is not None and hardware_usage:
+            per_gpu = dict(from_hardware)
         elif gpu_pods and len(configs) == 1:
             (only,) = configs
             per_gpu[only] = (mig_used, whole_used)
-        gpus = tuple(
-            Gpu(
-                i,
-                configs[i],
-                dict(per_gpu[i][0]) if usage_known else None,
-                bool(per_gpu[i][1]) if usage_known else None,
-            )
-            for i in sorted(configs)
-        )
+        gpus = tuple(Gpu(i, configs[i], dict(per_gpu[i][0]), bool(per_gpu[i][1])) for i in sorted(configs))
     return Node(
         name=name,
         labels=labels,
@@ -454,11 +520,11 @@ def _cross_check(model: GpuModel | None, configs: Mapping[int, GpuConfig], exten
     """The device plugin's counts must agree with the layout we believe in (stale zeros are ignored)."""
     if model is None:
         return ""
-    expected: Counter[str] = Counter()
+    expected: dict[str, int] = {}
     for cfg in configs.values():
         for name, n in cfg.layout:
-            expected[name] += n
-    advertised = {profile_from_resource(k): v for k, v in extended.items() if profile_from_resource(k) and v > 0}
+            expected[name] = expected.get(name, 0) + n
+    advertised = {p: v for k, v in extended.items() if (p := profile_from_resource(k)) and v > 0}
     if not advertised:
         return ""  # the device plugin has not reported yet (or is paused): nothing to compare
     if dict(expected) != advertised:
@@ -487,25 +553,31 @@ def snapshot_from_objects(
     last snapshot is not converted again (memo.py); the snapshot is the same either way."""
     settings = settings or PlannerSettings()
     operator = operator or GpuOperatorSettings()
+    remembered = memo is not None  # without a memo (a snapshot file), nothing is looked up or kept
     memo = memo or ConversionMemo()
     memo.begin((catalog, settings, operator))
     catalog = catalog.readable_by(operator.mig_parted_version)  # never plan a name mig-manager cannot parse
     objs = _sort(objects, source)
     warnings: list[str] = []
-    ctx = _Ctx(catalog, settings, operator, None, "", warnings)
+    ctx = _Ctx(catalog, settings, operator, None, "", warnings, version=operator.mig_parted_version)
     rejected: list[tuple[str, str]] = []
     unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
     pods: list[Pod] = []
-    pod_keys = [f"{meta_of(o).get('namespace') or 'default'}/{meta_of(o).get('name') or '?'}" for o in objs.pods]
+    shapes: Shapes = {}  # pods that request alike (replicas) are read once (`pod_from_object`)
+    metas = [meta_of(o) for o in objs.pods]
+    pod_keys = [f"{m.get('namespace') or 'default'}/{m.get('name') or '?'}" for m in metas]
     last = {k: i for i, k in enumerate(pod_keys)}  # a later copy wins (a snapshot of snapshots)
-    for i, (key, obj) in enumerate(zip(pod_keys, objs.pods, strict=True)):
-        meta = meta_of(obj)
+    for i, (key, obj, meta) in enumerate(zip(pod_keys, objs.pods, metas, strict=True)):
         if last[key] != i:
             ctx.warn(f"pod {key}", "listed more than once; the last copy counts", "Pod")
             continue
         if meta.get("deletionTimestamp"):
             continue
-        outcome = memo.pod(obj, lambda o=obj: _convert_pod(o, settings))  # type: ignore[misc]
+        outcome = (
+            memo.pod(obj, lambda o=obj: _convert_pod(o, settings, shapes))  # type: ignore[misc]
+            if remembered
+            else _convert_pod(obj, settings, shapes)
+        )
         if outcome.error is not None:
             e = outcome.error
             spec = obj.get("spec")
@@ -581,10 +653,10 @@ def snapshot_from_objects(
     return Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected), tuple(ctx.problems))
 
 
-def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings) -> PodOutcome:
+def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings, shapes: Shapes) -> PodOutcome:
     notes: list[str] = []
     try:
-        return PodOutcome(pod_from_object(obj, settings, notes), tuple(notes))
+        return PodOutcome(pod_from_object(obj, settings, notes, shapes), tuple(notes))
     except OBJECT_ERRORS as e:
         return PodOutcome(None, (), e)
 

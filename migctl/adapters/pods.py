@@ -51,17 +51,20 @@ def _container_requests(
     """The container's effective requests. With `lenient` (a bound pod), an unreadable resource that neither
     MIG planning nor the node's GPU use depends on (not cpu, memory, pods, an nvidia.com resource or the VRAM
     resource `gpu_resource`) is noted there and left out instead of making the whole pod unreadable."""
-    res = mapping(c.get("resources"), f"{where}.resources")
-    merged: dict[str, Any] = dict(mapping(res.get("limits"), f"{where}.resources.limits"))  # requests default to limits
-    merged.update(mapping(res.get("requests"), f"{where}.resources.requests"))
-    out: dict[str, Decimal] = {}
+    res = c.get("resources")
+    res = res if type(res) is dict else mapping(res, f"{where}.resources")
+    limits, requests = res.get("limits"), res.get("requests")
+    merged: dict[str, Any] = dict(limits if type(limits) is dict else mapping(limits, f"{where}.resources.limits"))
+    merged.update(requests if type(requests) is dict else mapping(requests, f"{where}.resources.requests"))
+    out: dict[str, Decimal] = {}  # requests default to limits
     for k, v in merged.items():
         try:
-            out[str(k)] = quantity_at(v, f"{where}.resources[{k}]")
+            out[str(k)] = parse_quantity(v)
         except ValueError as e:
+            error = ValueError(f"{where}.resources[{k}]: {e}")  # the path is spelled only when it is needed
             if lenient is None or str(k) in (*_COUNTED, gpu_resource) or is_nvidia(str(k)):
-                raise
-            lenient.append(f"{e}; ignored (not a resource GPU planning counts)")
+                raise error from e
+            lenient.append(f"{error}; ignored (not a resource GPU planning counts)")
     return out
 
 
@@ -83,15 +86,19 @@ def _requirements(value: Any, where: str) -> tuple[Requirement, ...]:
     return tuple(out)
 
 
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_TERMS_AT = f"spec.affinity.nodeAffinity.{_REQUIRED}"
+
+
 def _terms(pod_spec: Mapping[str, Any]) -> tuple[Term, ...]:
-    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    affinity = mapping(pod_spec.get("affinity"), "spec.affinity")
-    na = mapping(
-        mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity").get(where.rsplit(".", 1)[1]), where
-    )
+    affinity = pod_spec.get("affinity")
+    if affinity is None:
+        return ()  # most pods: nothing to read
+    affinity = mapping(affinity, "spec.affinity")
+    na = mapping(mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity").get(_REQUIRED), _TERMS_AT)
     terms = []
-    for i, t in enumerate(maps(na.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")):
-        at = f"{where}.nodeSelectorTerms[{i}]"
+    for i, t in enumerate(maps(na.get("nodeSelectorTerms"), f"{_TERMS_AT}.nodeSelectorTerms")):
+        at = f"{_TERMS_AT}.nodeSelectorTerms[{i}]"
         exprs = _requirements(t.get("matchExpressions"), f"{at}.matchExpressions")
         terms.append(Term(exprs, _requirements(t.get("matchFields"), f"{at}.matchFields")))
     return tuple(terms)
@@ -110,38 +117,45 @@ def _vram_demands(
     """One instance per container with a VRAM request, plain init containers sharing (`shared_instances`)."""
 
     def mib(r: Mapping[str, Decimal]) -> int:
-        return max(0, math.ceil(r.get(res, Decimal(0)) / MIB))
+        return max(0, math.ceil(r.get(res, _ZERO) / MIB))
 
     sizes, _ = shared_instances([(mib(r), restartable) for r, restartable in inits], [mib(r) for r in containers])
+    if len(sizes) == 1:
+        return [GpuDemand("vram", 1, vram_mib=sizes[0])]
     return [GpuDemand("vram", n, vram_mib=m) for m, n in sorted(Counter(sizes).items())]
 
 
-def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None) -> Pod:
-    """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
-    rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
-    with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
-    unreadable resource MIG planning does not count (`_container_requests`)."""
-    meta, spec = meta_of(obj), mapping(obj.get("spec"), "spec")
-    status = mapping(obj.get("status"), "status")
-    lenient = notes if spec.get("nodeName") else None
+_ZERO = Decimal(0)
+
+
+Shapes = dict[tuple[object, ...], tuple[tuple[GpuDemand, ...], Resources]]
+
+
+def _requests(spec: Mapping[str, Any], lenient: list[str] | None, vram: str) -> tuple[tuple[GpuDemand, ...], Resources]:
+    """The pod's GPU demand and its CPU, memory and pod-slot request, from its containers and overhead."""
     containers = [
-        _container_requests(c, f"spec.containers[{i}]", lenient, settings.vram_resource)
+        _container_requests(c, f"spec.containers[{i}]", lenient, vram)
         for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))
     ]
-    inits = [
-        (
-            _container_requests(c, f"spec.initContainers[{i}]", lenient, settings.vram_resource),
-            c.get("restartPolicy") == "Always",
-        )
-        for i, c in enumerate(maps(spec.get("initContainers"), "spec.initContainers"))
-    ]
-    overhead = {
-        str(k): quantity_at(v, f"spec.overhead[{k}]") for k, v in mapping(spec.get("overhead"), "spec.overhead").items()
-    }
+    raw_inits = spec.get("initContainers")
+    inits = (
+        []
+        if raw_inits is None
+        else [
+            (_container_requests(c, f"spec.initContainers[{i}]", lenient, vram), c.get("restartPolicy") == "Always")
+            for i, c in enumerate(maps(raw_inits, "spec.initContainers"))
+        ]
+    )
+    raw_overhead = spec.get("overhead")
+    overhead = (
+        None
+        if raw_overhead is None
+        else {str(k): quantity_at(v, f"spec.overhead[{k}]") for k, v in mapping(raw_overhead, "spec.overhead").items()}
+    )
     eff = effective_requests(containers, inits, overhead)
     demands: list[GpuDemand] = []
     for res, value in sorted(eff.items()):
-        if value == 0:
+        if not value:
             continue
         profile = profile_from_resource(res)
         if profile is not None:
@@ -149,13 +163,79 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: li
             demands.append(GpuDemand("profile", n, profile=profile))
         elif res == WHOLE_GPU_RESOURCE:
             demands.append(GpuDemand("gpu", _to_int(value, f"resources[{res}]", MAX_GPUS_PER_NODE)))
-        elif res == settings.vram_resource:
+        elif res == vram:
             if value <= 0:
                 raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
             demands.extend(_vram_demands(containers, inits, res))
+    cpu_m, memory = math.ceil(eff.get("cpu", _ZERO) * 1000), math.ceil(eff.get("memory", _ZERO))
+    return tuple(demands), Resources(cpu_m, memory, 1)
+
+
+def _items(value: Any) -> tuple[object, ...] | None:
+    """A resource list as a key: its pairs and their types (so `1`, `1.0` and `true` differ, as they do to the
+    parser); None when it is not a plain dict."""
+    if type(value) is dict:
+        return (*value.items(), *map(type, value), *map(type, value.values()))
+    return () if value is None else None
+
+
+def _shape(spec: Mapping[str, Any]) -> tuple[object, ...] | None:
+    """What `_requests` reads of a pod, as a hashable key: the containers' resources (and each init
+    container's restartPolicy), when they are plain dicts and there is no overhead; None otherwise."""
+    if spec.get("overhead") is not None:
+        return None
+    key: list[object] = []
+    for field in ("containers", "initContainers"):
+        containers = spec.get(field)
+        if containers is None:
+            key.append(None)
+            continue
+        if type(containers) is not list:
+            return None
+        key.append(len(containers))
+        for c in containers:
+            res = c.get("resources") if type(c) is dict else None
+            if type(res) is not dict:
+                return None
+            limits, requests = _items(res.get("limits")), _items(res.get("requests"))
+            if limits is None or requests is None:
+                return None
+            key += (limits, requests, c.get("restartPolicy") if field == "initContainers" else None)
+    out = tuple(key)
+    try:
+        hash(out)
+    except TypeError:  # a list or a map where a quantity belongs: read (and refused) the long way
+        return None
+    return out
+
+
+def pod_from_object(
+    obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None, shapes: Shapes | None = None
+) -> Pod:
+    """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
+    rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
+    with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
+    unreadable resource MIG planning does not count (`_container_requests`).
+
+    A snapshot holds thousands of pods, so the common case (fields absent or of the right type) is read without
+    building the paths that only an error message needs; and with `shapes` (one dict per snapshot and planner
+    settings) pods whose containers request alike (replicas) have their requests read once. Only a reading
+    that raised nothing and noted nothing is kept there: any problem is found, and said, for every pod."""
+    meta, spec = meta_of(obj), mapping(obj.get("spec"), "spec")
+    status = mapping(obj.get("status"), "status")
+    bound = spec.get("nodeName")
+    lenient = notes if bound else None
+    key = _shape(spec) if shapes is not None else None
+    known = shapes.get(key) if shapes is not None and key is not None else None
+    if known is None:
+        noted = len(lenient) if lenient is not None else 0
+        known = _requests(spec, lenient, settings.vram_resource)
+        if shapes is not None and key is not None and (lenient is None or len(lenient) == noted):
+            shapes[key] = known
+    demands, requests = known
     annotations = mapping(meta.get("annotations"), "metadata.annotations")
     need = None
-    if settings.vram_annotation in annotations and demands:  # the real need matters only to a GPU pod
+    if demands and settings.vram_annotation in annotations:  # the real need matters only to a GPU pod
         where = f"metadata.annotations[{settings.vram_annotation}]"
         try:
             value = quantity_at(annotations[settings.vram_annotation], where)
@@ -163,25 +243,31 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: li
                 raise ValueError(f"{where}: {value} is not a positive amount of memory (expected e.g. 6Gi)")
             need = math.ceil(value / MIB)
         except ValueError:
-            if notes is None or not spec.get("nodeName"):
+            if notes is None or not bound:
                 raise
             notes.append(f"{where}: {short(annotations[settings.vram_annotation])} unreadable; ignored")
-    scheduled: Mapping[str, Any] = next(
-        (c for c in maps(status.get("conditions"), "status.conditions") if c.get("type") == "PodScheduled"), {}
-    )
+    conditions = status.get("conditions")
+    scheduled: Mapping[str, Any] = {}
+    for c in () if conditions is None else maps(conditions, "status.conditions"):
+        if c.get("type") == "PodScheduled":
+            scheduled = c
+            break
     priority = spec.get("priority") or 0
-    if isinstance(priority, str) and _INT.match(priority):
-        priority = int(priority)
-    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 2**31:
+    if type(priority) is not int:  # exactly int (a bool is not a priority): the common case, checked once
+        if isinstance(priority, str) and _INT.match(priority):
+            priority = int(priority)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"spec.priority: {short(priority)} is not a 32-bit integer")
+    if abs(priority) > 2**31:
         raise ValueError(f"spec.priority: {short(priority)} is not a 32-bit integer")
     return Pod(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         priority=priority,
-        node=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        node=str(bound) if bound else None,
         phase=str(status.get("phase") or "Pending"),
-        requests=Resources(math.ceil(eff.get("cpu", Decimal(0)) * 1000), math.ceil(eff.get("memory", Decimal(0))), 1),
-        gpu=tuple(demands),
+        requests=requests,
+        gpu=demands,
         need_mib=need,
         node_selector=_node_selector(spec),
         affinity=_terms(spec),
@@ -194,10 +280,14 @@ def pod_from_object(obj: Mapping[str, Any], settings: PlannerSettings, notes: li
 
 
 def _node_selector(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    if spec.get("nodeSelector") is None:
+        return ()
     return tuple(sorted((str(k), str(v)) for k, v in mapping(spec.get("nodeSelector"), "spec.nodeSelector").items()))
 
 
 def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    if spec.get("tolerations") is None:
+        return ()
     return tuple(
         Toleration(
             str(t.get("key") or ""),
@@ -225,4 +315,6 @@ def placement_from_object(obj: Mapping[str, Any]) -> Pod:
 
 def _gpu_index(annotations: Mapping[str, Any]) -> int | None:
     """The GPU migctl's fallback scheduler chose for the pod (annotation), if any."""
+    if not annotations:
+        return None
     return label_values.gpu_index_or_none(annotations.get(GPU_INDEX_ANNOTATION))

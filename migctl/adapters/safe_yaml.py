@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-# libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from migctl.core.documents import YAML_LOADER as _LOADER
+from migctl.core.documents import json_deeper_than
 
 MAX_BYTES = 1 << 30  # a kubectl dump of 10,000 nodes and 100,000 pods is a few hundred MB
 MAX_DEPTH = 64  # Kubernetes objects nest about 10 deep
@@ -35,7 +35,8 @@ def load_documents(text: str) -> list[Any]:
             doc = json.loads(text)
         except RecursionError as e:
             raise UnsafeInputError(f"JSON nested deeper than this reader allows (at most {MAX_DEPTH} levels)") from e
-        _check_plain_depth(doc)
+        if json_deeper_than(text, MAX_DEPTH):
+            raise UnsafeInputError(f"nested deeper than {MAX_DEPTH} levels")
         return [doc]
     out = []
     try:
@@ -91,19 +92,3 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
         return [x for pair in node.value for x in pair]
     return []
-
-
-def _check_plain_depth(doc: Any) -> None:
-    """Nesting of a parsed JSON document, level by level: only containers are queued (scalars, most of a
-    snapshot's values, are looked at once), which keeps this a small fraction of the C parse before it."""
-    level, depth = [doc], 1
-    while level:
-        if depth > MAX_DEPTH:
-            raise UnsafeInputError(f"nested deeper than {MAX_DEPTH} levels")
-        nxt: list[Any] = []
-        for value in level:
-            if isinstance(value, dict):
-                nxt += [v for v in value.values() if isinstance(v, dict | list)]
-            elif isinstance(value, list):
-                nxt += [v for v in value if isinstance(v, dict | list)]
-        level, depth = nxt, depth + 1

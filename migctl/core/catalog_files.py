@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from migctl.core.documents import YAML_LOADER
 from migctl.core.gpu_model import Card, Catalog, Confidence, GpuModel, Profile, product_key
 from migctl.core.naming import gfd_product, memory_gb, profile_name
 from migctl.errors import InputError, Problem, from_validation_error
@@ -275,7 +276,7 @@ def _read_yaml(path: Path) -> object:
     except OSError as e:
         raise InputError(str(path), f"cannot read the file: {e.strerror}") from e
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=YAML_LOADER)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"

@@ -3,7 +3,8 @@
 Format (NVIDIA/mig-parted api/spec/v1): `version: v1` and `mig-configs`, a map from a config name to a list of
 entries. Each entry selects GPUs by `devices` (`all` or indices) and an optional `device-filter` (PCI ids such
 as `0x233010DE`), and sets `mig-enabled` and `mig-devices` (profile -> count). mig-parted applies every matching
-entry in order, so for one GPU the last matching entry wins; GPUs matched by no entry are left untouched.
+entry in order, so for one GPU the last matching entry wins; GPUs matched by no entry are left untouched
+(`migparted_apply` reads a config that way).
 
 Reading follows mig-parted's Go decoder (YAML turned into JSON, then `encoding/json`): `mig-enabled` must be a
 bool, counts and device indices integers (`2.0` passes, as it does there; `'2'` does not), `devices` `all` or a
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -33,12 +34,11 @@ from pydantic import (
     model_validator,
 )
 
+from migctl.core.documents import YAML_LOADER as _LOADER
+from migctl.core.documents import json_deeper_than
 from migctl.core.geometry import CanonicalLayout, canonical, describe
 from migctl.core.migparted_rules import NEWEST, DeviceId, Version, filters_match, name_problem, parse_pci_id
 from migctl.errors import InputError, Problem, from_validation_error
-
-# libyaml when present: snapshots and mig-parted configs with hundreds of entries parse ~10x faster.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 CONFIG_PREFIX = "migctl-"
 
@@ -131,17 +131,26 @@ class ConfigEntry(BaseModel):
 
     def filters(self) -> tuple[str, ...]:
         """The filter strings as mig-parted holds them: `()` when absent or "" (both match every GPU)."""
+        return self._filters
+
+    @cached_property
+    def _filters(self) -> tuple[str, ...]:  # cached (the model is frozen): resolving asks it per GPU
         f = self.device_filter
         if f is None or f == "":
             return ()
         return (f,) if isinstance(f, str) else tuple(f)
+
+    @cached_property
+    def config(self) -> GpuConfig:
+        """What this entry gives a GPU it applies to (cached: a thousand nodes share a few hundred entries)."""
+        return GpuConfig.mig(self.mig_devices or {}) if self.mig_enabled else GpuConfig.disabled()
 
     def matches(self, index: int, device: DeviceId | str | None, version: Version = NEWEST) -> bool | None:
         """Whether this entry applies to GPU `index` with PCI id `device`; None when that cannot be told
         (a filter and no id, or a subsystem-qualified filter and no subsystem id)."""
         if self.devices != "all" and index not in self.devices:
             return False
-        filters = self.filters()
+        filters = self._filters
         if not filters:
             return True
         if device is None:
@@ -208,26 +217,13 @@ def _load(text: str, source: str) -> tuple[Any, bool]:
         except ValueError:
             pass  # YAML flow style (`{version: v1, ...}`) is not JSON: the YAML reader decides
         else:
-            _check_depth(data, source)
+            if json_deeper_than(text, MAX_JSON_DEPTH):
+                raise InputError(source, f"nested deeper than {MAX_JSON_DEPTH} levels")
             return data, True
     try:
         return yaml.load(text, Loader=_LOADER), False
     except yaml.YAMLError as e:
         raise InputError(source, f"broken YAML: {e}; expected a mig-parted config (version: v1)") from e
-
-
-def _check_depth(doc: Any, source: str) -> None:
-    level, depth = [doc], 1
-    while level:
-        if depth > MAX_JSON_DEPTH:
-            raise InputError(source, f"nested deeper than {MAX_JSON_DEPTH} levels")
-        nxt: list[Any] = []
-        for v in level:
-            if isinstance(v, dict):
-                nxt.extend(x for x in v.values() if isinstance(x, dict | list))
-            elif isinstance(v, list):
-                nxt.extend(x for x in v if isinstance(x, dict | list))
-        level, depth = nxt, depth + 1
 
 
 @lru_cache(maxsize=8)
@@ -276,10 +272,12 @@ def _parse(text: str, source: str, version: Version) -> MigPartedConfig:
 
 def _entry(entry: dict[str, Any], version: Version, seen: dict[str, ConfigEntry] | None) -> ConfigEntry:
     """One entry validated; with `seen` (a JSON text, whose keys are all strings) entries spelled alike are
-    validated once: a thousand node configs repeat a few hundred distinct entries, and the model is frozen."""
+    validated once: a thousand node configs repeat a few hundred distinct entries, and the model is frozen.
+    Spelled alike: the same `repr`, which for what a JSON parser makes (str, int, float, bool, None, lists,
+    dicts in order) differs wherever the values or their types do (`1`, `1.0` and `true` are three spellings)."""
     if seen is None:
         return ConfigEntry.model_validate(entry, context={"version": version})
-    key = json.dumps(entry)
+    key = repr(entry)
     if key not in seen:
         seen[key] = ConfigEntry.model_validate(entry, context={"version": version})
     return seen[key]
@@ -298,66 +296,6 @@ def without_unreadable(config: MigPartedConfig, version: Version) -> MigPartedCo
         return config
     kept = {n: e for n, e in config.mig_configs.items() if n not in bad}
     return MigPartedConfig(version="v1", mig_configs=kept, skipped=(*config.skipped, *bad.values()))
-
-
-GpuIds = Sequence[DeviceId | str | None]
-
-
-def resolve(
-    config: MigPartedConfig,
-    name: str,
-    gpus: Sequence[tuple[int, DeviceId | str | None]],
-    source: str = "mig-parted config",
-    version: Version = NEWEST,
-) -> dict[int, GpuConfig]:
-    """Per-GPU configs that the named config gives the listed `(index, pci_id)` GPUs.
-
-    GPUs no entry touches are omitted, and so are GPUs for which an entry's match cannot be told (a filter and
-    an unknown id): in both cases the caller does not know the GPU's layout from this config."""
-    return resolve_candidates(config, name, [(i, [pci]) for i, pci in gpus], source, version)
-
-
-def resolve_candidates(
-    config: MigPartedConfig,
-    name: str,
-    gpus: Sequence[tuple[int, GpuIds]],
-    source: str = "mig-parted config",
-    version: Version = NEWEST,
-) -> dict[int, GpuConfig]:
-    """As `resolve`, for GPUs whose own PCI id is one of several candidates: a GPU gets a config only when every
-    candidate id gives it the same one (so the answer does not depend on which id the GPU really has)."""
-    entries = config.mig_configs.get(name)
-    if entries is None:
-        skipped = next(
-            (s for s in config.skipped if s.startswith(f"mig-configs.{name}:") or s.startswith(f"mig-configs.{name}[")),
-            None,
-        )
-        if skipped:
-            raise InputError(source, skipped.replace("; config skipped", "; the config is unreadable"))
-        known = ", ".join(sorted(config.mig_configs)) or "none"
-        raise InputError(source, f"mig-configs.{name}: no such config (known: {known})")
-    out: dict[int, GpuConfig] = {}
-    for index, candidates in gpus:
-        results = {_apply(entries, index, pci, version) for pci in candidates or [None]}
-        if len(results) == 1:
-            (result,) = results
-            if isinstance(result, GpuConfig):
-                out[index] = result
-    return out
-
-
-def _apply(
-    entries: Sequence[ConfigEntry], index: int, pci: DeviceId | str | None, version: Version
-) -> GpuConfig | str | None:
-    """What the entries give one GPU: a config, None (untouched) or "unknown"."""
-    got: GpuConfig | None = None
-    for entry in entries:
-        hit = entry.matches(index, pci, version)
-        if hit is None:
-            return "unknown"
-        if hit:
-            got = GpuConfig.mig(entry.mig_devices or {}) if entry.mig_enabled else GpuConfig.disabled()
-    return got
 
 
 def _grouped(node: NodeConfig) -> list[tuple[list[int], GpuConfig]]:

@@ -4,7 +4,7 @@ mig-parted matches each GPU by the id it reads from that GPU's PCI config space.
 agent (NVML's PCI info, per GPU, subsystem included) or, without the agent, from the product name GFD labels
 the node with, when the catalog knows which id that product has (H200 `0x2335` vs H200 NVL `0x233B`). Where
 neither says, every id of the model stays a candidate, and a config is believed only where all candidates
-give the same answer (`migparted.resolve_candidates`): migctl never picks an id for a GPU.
+give the same answer (`migparted_apply.resolve_candidates`): migctl never picks an id for a GPU.
 """
 
 from __future__ import annotations

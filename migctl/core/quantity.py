@@ -36,6 +36,8 @@ EXPECTED = "expected a Kubernetes quantity such as 7Gi, 8192Mi, 500m or 2"
 
 def parse_quantity(text: object) -> Decimal:
     """The exact value of a quantity; raises ValueError naming the value and what was expected."""
+    if type(text) is str:  # the common case first: a snapshot has tens of thousands
+        return _parse_text(text)
     if isinstance(text, bool) or not isinstance(text, str | int | float | Decimal):
         raise ValueError(f"{_show(text)} is not a quantity ({EXPECTED}, got {type(text).__name__})")
     if isinstance(text, float | Decimal):

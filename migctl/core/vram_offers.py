@@ -158,6 +158,13 @@ class OfferIndex:
         self._capacity: dict[tuple[int, int, tuple[tuple[str, int], ...]], Capacity] = {}
         self.memo: dict[object, object] = {}  # for the decision's own results (`vram_request.decide`)
 
+    def remember(self, key: object, value: object) -> None:
+        """Keep one of the decision's results; a long-lived index starts over past a bound (new pod kinds
+        keep coming to a webhook)."""
+        if len(self.memo) >= 16 * self._MEMO_LIMIT:
+            self.memo.clear()
+        self.memo[key] = value
+
     def reach(self, pod: Pod) -> Reach:
         """The GPU classes the pod's nodeSelector, affinity and tolerations allow (nodes that are not cordoned)."""
         sig = signature(pod)

@@ -97,6 +97,19 @@ def _resources(c: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+_Containers = list[tuple[bool, int, Mapping[str, Any], dict[str, Any]]]  # (init, index, container, resources)
+
+
+def _containers(pod: Mapping[str, Any]) -> _Containers:
+    """Each container with its resources read once (app containers first, then init containers)."""
+    spec = pod.get("spec") or {}
+    return [
+        (init, i, c, _resources(c))
+        for init, key in ((False, "containers"), (True, "initContainers"))
+        for i, c in enumerate(spec.get(key) or [])
+    ]
+
+
 def _names_gpu(resource: str) -> bool:
     return resource == WHOLE_GPU_RESOURCE or resource.startswith(RESOURCE_PREFIX)
 
@@ -111,40 +124,44 @@ def vram_requests(pod: Mapping[str, Any], rules: VramRules) -> tuple[list[Contai
     """Each container's VRAM request (app containers first, then init containers), and problems reading them.
 
     Each comes with the instance it uses and what that instance must hold (`demand.shared_instances`)."""
-    spec = pod.get("spec") or {}
-    out: list[ContainerChoice] = []
+    return _vram_requests(_containers(pod), rules)
+
+
+def _vram_requests(containers: _Containers, rules: VramRules) -> tuple[list[ContainerChoice], list[str]]:
+    asked: list[tuple[str, int, bool, str, int, bool]] = []  # (name, index, init, request, MiB, sidecar)
     problems: list[str] = []
-    for init, key in ((False, "containers"), (True, "initContainers")):
-        for i, c in enumerate(spec.get(key) or []):
-            raw = _resources(c).get(rules.resource)
-            if raw is None:
-                continue
-            name = str(c.get("name") or f"#{i}")
-            try:
-                value = parse_quantity(raw)
-            except ValueError as e:
-                problems.append(f"{key}[{i}] {name!r}: {rules.resource}: {e}")
-                continue
-            if value < 0:
-                problems.append(f"{key}[{i}] {name!r}: {rules.resource}: {raw} is negative")
-                continue
-            if value == 0:
-                continue
-            sidecar = init and c.get("restartPolicy") == "Always"
-            out.append(ContainerChoice(name, i, init, str(raw), math.ceil(value / MIB), sidecar=sidecar))
-    if out and not problems:
-        n_init, n_app = len(spec.get("initContainers") or []), len(spec.get("containers") or [])
-        inits = [(0, False)] * n_init
-        apps = [0] * n_app
-        for c in out:
-            if c.init:
-                inits[c.index] = (c.request_mib, c.sidecar)
-            else:
-                apps[c.index] = c.request_mib
-        sizes, where = shared_instances(inits, apps)
-        out = [
-            replace(c, instance=(k := where[c.index if c.init else n_init + c.index]), shared_mib=sizes[k]) for c in out
-        ]
+    for init, i, c, resources in containers:
+        raw = resources.get(rules.resource)
+        if raw is None:
+            continue
+        key = "initContainers" if init else "containers"
+        name = str(c.get("name") or f"#{i}")
+        try:
+            value = parse_quantity(raw)
+        except ValueError as e:
+            problems.append(f"{key}[{i}] {name!r}: {rules.resource}: {e}")
+            continue
+        if value < 0:
+            problems.append(f"{key}[{i}] {name!r}: {rules.resource}: {raw} is negative")
+            continue
+        if value == 0:
+            continue
+        asked.append((name, i, init, str(raw), math.ceil(value / MIB), init and c.get("restartPolicy") == "Always"))
+    if not asked or problems:
+        return [ContainerChoice(n, i, init, r, mib, sidecar=sc) for n, i, init, r, mib, sc in asked], problems
+    n_init = sum(1 for init, *_ in containers if init)
+    inits = [(0, False)] * n_init
+    apps = [0] * (len(containers) - n_init)
+    for _, i, init, _, mib, sidecar in asked:
+        if init:
+            inits[i] = (mib, sidecar)
+        else:
+            apps[i] = mib
+    sizes, where = shared_instances(inits, apps)
+    out = []
+    for name, i, init, request, mib, sidecar in asked:
+        k = where[i if init else n_init + i]
+        out.append(ContainerChoice(name, i, init, request, mib, sidecar=sidecar, instance=k, shared_mib=sizes[k]))
     return out, problems
 
 
@@ -238,18 +255,44 @@ def decide(
         return _leave(f"the namespace is labelled {rules.opt_out_key}={rules.opt_out_value}")
     if spec.get("schedulerName") == rules.fallback_scheduler:
         return _leave(f"schedulerName: {rules.fallback_scheduler} (migctl's fallback places it on a non-MIG GPU)")
-    named = sorted(
-        {
-            r
-            for key in ("containers", "initContainers")
-            for c in spec.get(key) or []
-            for r in _resources(c)
-            if _names_gpu(r)
-        }
-    )
+    containers = _containers(pod)
+    if isinstance(placement, str) or not isinstance(offers, OfferIndex):
+        return _decide(containers, placement, offers, rules)
+    kind = _kind(containers, rules)  # a pod of a kind the index has seen costs its key and one look-up
+    if kind is None:
+        return _decide(containers, placement, offers, rules)
+    key = ("pod", kind, signature(placement), rules)
+    hit = offers.memo.get(key)
+    if hit is None:
+        hit = _decide(containers, placement, offers, rules)
+        offers.remember(key, hit)
+    assert isinstance(hit, VramDecision)
+    return hit
+
+
+def _kind(containers: _Containers, rules: VramRules) -> tuple[object, ...] | None:
+    """What `_decide` reads of the containers, as a key (values with their types: `1` is not `true`); None
+    when something there cannot be a key (a list where a name belongs)."""
+    key: list[object] = []
+    for init, i, c, resources in containers:
+        name, raw = c.get("name"), resources.get(rules.resource)
+        restart = c.get("restartPolicy") if init else None
+        key += (init, i, name, type(name), restart, type(restart), tuple(resources), raw, type(raw))
+    out = tuple(key)
+    try:
+        hash(out)
+    except TypeError:
+        return None
+    return out
+
+
+def _decide(
+    containers: _Containers, placement: Pod | str, offers: Sequence[ModelOffer] | OfferIndex, rules: VramRules
+) -> VramDecision:
+    named = sorted({r for *_, resources in containers for r in resources if _names_gpu(r)})
     if named:
         return _leave(f"it already names a GPU resource ({', '.join(named)})")
-    wanted, problems = vram_requests(pod, rules)
+    wanted, problems = _vram_requests(containers, rules)
     if problems:
         return VramDecision("reject", f"invalid {rules.resource} request: {'; '.join(problems)}")
     if not wanted:
@@ -262,7 +305,8 @@ def decide(
     key = (signature(placement), tuple(wanted), rules)
     hit = index.memo.get(key)
     if hit is None:
-        hit = index.memo[key] = _choose(placement, wanted, index, rules)
+        hit = _choose(placement, wanted, index, rules)
+        index.remember(key, hit)
     assert isinstance(hit, VramDecision)
     return hit
 

@@ -52,7 +52,8 @@ from kubernetes import client, watch
 
 from migctl.core.catalog import Catalog, GpuModel
 from migctl.core.geometry import geometry
-from migctl.core.migparted import GpuConfig, parse, resolve
+from migctl.core.migparted import GpuConfig, parse
+from migctl.core.migparted_apply import resolve
 from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
 from migctl.errors import InputError
 

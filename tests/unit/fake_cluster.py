@@ -24,7 +24,8 @@ from typing import Any
 
 from migctl.adapters.kube.errors import ConflictError, NotFoundError
 from migctl.adapters.kube.interface import ControllerApi, ObjectCache, ObjectList
-from migctl.core.migparted import parse, resolve
+from migctl.core.migparted import parse
+from migctl.core.migparted_apply import resolve
 from migctl.core.naming import resource_name
 
 Obj = dict[str, Any]

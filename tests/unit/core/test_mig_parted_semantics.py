@@ -17,7 +17,8 @@ from migctl.controller.configmap import ConfigMapWriter
 from migctl.core.catalog import Catalog
 from migctl.core.cluster import Node, Snapshot
 from migctl.core.inventory import GpuInfo, Inventory, MigDevice
-from migctl.core.migparted import GpuConfig, parse, resolve
+from migctl.core.migparted import GpuConfig, parse
+from migctl.core.migparted_apply import resolve
 from migctl.core.migparted_rules import DeviceId, filters_match, parse_filter
 from migctl.core.planner import plan
 from migctl.core.settings import GpuOperatorSettings

@@ -7,7 +7,8 @@ import json
 import pytest
 import yaml
 
-from migctl.core.migparted import GpuConfig, config_name, forget_parsed, parse, render, resolve
+from migctl.core.migparted import GpuConfig, config_name, forget_parsed, parse, render
+from migctl.core.migparted_apply import resolve
 from migctl.errors import InputError
 
 # The shape of the GPU Operator's default-mig-parted-config (all-balanced uses device filters per model).
