@@ -85,7 +85,7 @@ class Index(PlanState):
 
     def _entries(self, slot: Slot) -> list[tuple[str, Entry]]:
         """(profile, heap entry) per free existing instance the slot has now; none once its layout changes.
-        Made once per state of the slot and pushed into every signature's heaps."""
+        Made once per state of the slot and pushed into each of its signatures' heaps when they are read."""
         if slot.changed:
             return []
         if slot.entries is None or slot.entries[0] != slot.version:

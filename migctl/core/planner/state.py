@@ -66,7 +66,7 @@ class Slot:
     version: int = 0
     requests: list[tuple[GpuDemand, int | None, int]] = field(default_factory=list)  # + assignment index
     locked: bool = False  # serves part of a multi-instance pod: the local search leaves it alone
-    # heap entries of its free instances at a version, made once and pushed into every signature's heaps
+    # heap entries of its free instances at a version, made once and pushed into each of its signatures' heaps
     entries: tuple[int, list[tuple[str, Entry]]] | None = None
 
 

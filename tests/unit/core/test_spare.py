@@ -1,0 +1,79 @@
+"""The memos of the objective over time (`migctl/core/spare.py`) never change a value: what `served`, `takes`,
+`best` and `regroup` answer from a memo, capped key or shared family equals `pour` of the instances themselves,
+with the caller's own want (they are keyed more coarsely than their inputs only where `pour` cannot tell)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from migctl.core.cluster import Pod, Snapshot
+from migctl.core.forecast import forecast
+from migctl.core.geometry import canonical, geometry
+from migctl.core.spare import Completions, pour
+from tests.unit.builders import CATALOG, mig, node, vram
+
+H100 = "h100-80gb"
+GEO = geometry(CATALOG.model(H100))
+PLAIN = sorted(n for n, p in GEO.profiles.items() if not p.attributes)
+
+history = st.lists(
+    st.one_of(
+        st.integers(1, 80).map(lambda gib: ("v", gib)),
+        st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb", "1g.20gb"]).map(lambda p: ("p", p)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _completions(reqs: list[tuple[str, object]]) -> Completions:
+    pods: list[Pod] = [
+        vram(f"p{i}", int(str(what))) if kind == "v" else mig(f"p{i}", str(what)) for i, (kind, what) in enumerate(reqs)
+    ]
+    mf = forecast(Snapshot((node("n", H100, [{"7g.80gb": 1}]),), tuple(pods))).of(H100)
+    return Completions(GEO, mf)
+
+
+def _served(comp: Completions, free: dict[str, int]) -> int:
+    return round(pour(comp.want, canonical((n, c) for n, c in free.items() if c > 0), comp.pod_mib)[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(history, st.dictionaries(st.sampled_from(PLAIN), st.integers(0, 40), min_size=1))
+def test_a_pools_value_and_takes_are_those_of_all_its_instances(
+    reqs: list[tuple[str, object]], free: dict[str, int]
+) -> None:
+    comp = _completions(reqs)
+    assert comp.served(free) == _served(comp, free)
+    sq = {n: (p.memory_mib // 1024) ** 2 for n, p in GEO.profiles.items()}
+    for name, useful in comp.takes(free):
+        rest = dict(free)
+        rest[name] -= 1
+        squares = sum(sq[n] * c for n, c in rest.items() if c > 0)
+        assert useful == (_served(comp, rest) << 24) + squares
+        assert useful == comp.usefulness_without(free, name)
+
+
+@settings(max_examples=40, deadline=None)
+@given(history, st.lists(st.floats(0, 30, allow_nan=False), min_size=12, max_size=12), st.integers(0, 11))
+def test_wants_alike_once_capped_share_memos_and_nothing_else(
+    reqs: list[tuple[str, object]], pods: list[float], extra: int
+) -> None:
+    base = _completions(reqs)
+    cap = GEO.model.max_instances
+    first: dict[object, float] = {c.key: round(n * 8) / 8 for (c, _), n in zip(base.want, pods, strict=False)}
+    # the same once capped at a GPU's instances: more pods only where the first already has `cap` or more
+    second: dict[object, float] = {k: n + extra if n >= cap else n for k, n in first.items()}
+    # and one that differs below the cap: its own family
+    third: dict[object, float] = {k: min(n, cap / 2) for k, n in first.items()}
+    a, b = base.with_want(first), base.with_want(second)
+    c = base.with_want(third)
+    for layout in GEO.layouts:  # `a` fills the shared memos, `b` answers from them
+        assert a.served_of(layout) == _served(a, dict(layout))
+        assert b.served_of(layout) == _served(b, dict(layout))
+        assert c.served_of(layout) == _served(c, dict(layout))
+    assert b.best(()) == Completions(GEO, base.demand, want=second).best(())  # fresh memos, uncapped
+    pool = {n: 3 * cap for n in PLAIN}  # more instances than a GPU holds: never answered from the family
+    assert b.served(pool) == _served(b, pool)
+    assert a.served(pool) == _served(a, pool)
