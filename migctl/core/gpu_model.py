@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from migctl.core.migparted_rules import Version, name_problem
 from migctl.core.naming import gfd_product, parse_profile_name, resource_name
@@ -174,8 +174,7 @@ class Catalog:
 
         Two models may share a product name when their total memory tells them apart (GB200 boards of 186 and
         189 GB): the live total picks the closest; without one, the model whose total is best known wins."""
-        wanted = product_key(product)
-        found = [m for m in self.models if wanted in {product_key(n) for n in (*m.nvml_names, *m.gfd_products)}]
+        found = self._by_product.get(product_key(product), [])
         if len(found) <= 1:
             return found[0] if found else None
         if total_mib:
@@ -195,11 +194,25 @@ class Catalog:
         return replace(self, models=models)
 
     def match_card(self, product: str) -> Card | None:
-        wanted = product_key(product)
+        return self._card_by_product.get(product_key(product))
+
+    @cached_property
+    def _by_product(self) -> dict[str, list[GpuModel]]:
+        """Product key -> the models with that name, in catalog order (built once: every node asks)."""
+        out: dict[str, list[GpuModel]] = {}
+        for m in self.models:
+            for key in dict.fromkeys(product_key(n) for n in (*m.nvml_names, *m.gfd_products)):
+                out.setdefault(key, []).append(m)
+        return out
+
+    @cached_property
+    def _card_by_product(self) -> dict[str, Card]:
+        """Product key -> the first card with that name."""
+        out: dict[str, Card] = {}
         for c in self.cards:
-            if wanted in {product_key(n) for n in c.nvml_names}:
-                return c
-        return None
+            for n in c.nvml_names:
+                out.setdefault(product_key(n), c)
+        return out
 
 
 _RANK = (Confidence.LIVE, Confidence.CONFIRMED, Confidence.OBSERVED, Confidence.INFERRED, Confidence.UNCONFIRMED)
