@@ -35,7 +35,7 @@ def _placement(p: Plan) -> set[tuple[str, str, int | None]]:
     return {(a.pod, a.node, a.gpu) for a in p.assignments}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots(), st.booleans())
 def test_the_model_keeps_the_placement_and_never_does_worse_than_the_greedy(snap: Snapshot, quiet: bool) -> None:
     s = DEFAULT.model_copy(update={"preshape_quiet_nodes": quiet})
