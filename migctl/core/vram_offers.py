@@ -16,7 +16,7 @@ class answer every capacity question alike, so one check serves them all.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import product
@@ -158,12 +158,15 @@ class OfferIndex:
         self._capacity: dict[tuple[int, int, tuple[tuple[str, int], ...]], Capacity] = {}
         self.memo: dict[object, object] = {}  # for the decision's own results (`vram_request.decide`)
 
-    def remember(self, key: object, value: object) -> None:
-        """Keep one of the decision's results; a long-lived index starts over past a bound (new pod kinds
-        keep coming to a webhook)."""
-        if len(self.memo) >= 16 * self._MEMO_LIMIT:
-            self.memo.clear()
-        self.memo[key] = value
+    def recall(self, key: object, make: Callable[[], object]) -> object:
+        """One of the decision's results, made by `make` the first time `key` is asked; a long-lived index starts
+        over past a bound (new pod kinds keep coming to a webhook)."""
+        hit = self.memo.get(key)
+        if hit is None:
+            if len(self.memo) >= 16 * self._MEMO_LIMIT:
+                self.memo.clear()
+            hit = self.memo[key] = make()
+        return hit
 
     def reach(self, pod: Pod) -> Reach:
         """The GPU classes the pod's nodeSelector, affinity and tolerations allow (nodes that are not cordoned)."""

@@ -261,11 +261,8 @@ def decide(
     kind = _kind(containers, rules)  # a pod of a kind the index has seen costs its key and one look-up
     if kind is None:
         return _decide(containers, placement, offers, rules)
-    key = ("pod", kind, signature(placement), rules)
-    hit = offers.memo.get(key)
-    if hit is None:
-        hit = _decide(containers, placement, offers, rules)
-        offers.remember(key, hit)
+    index, target = offers, placement
+    hit = index.recall(("pod", kind, signature(target), rules), lambda: _decide(containers, target, index, rules))
     assert isinstance(hit, VramDecision)
     return hit
 
@@ -302,11 +299,8 @@ def _decide(
     index = offers if isinstance(offers, OfferIndex) else OfferIndex(offers)
     if not index.offers:
         return _leave("no MIG-capable GPU node is known in the cluster")
-    key = (signature(placement), tuple(wanted), rules)
-    hit = index.memo.get(key)
-    if hit is None:
-        hit = _choose(placement, wanted, index, rules)
-        index.remember(key, hit)
+    target = placement
+    hit = index.recall((signature(target), tuple(wanted), rules), lambda: _choose(target, wanted, index, rules))
     assert isinstance(hit, VramDecision)
     return hit
 
