@@ -15,7 +15,7 @@ from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.forecast import EMPTY
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
-from migctl.core.planner import Planner, _plan, plan
+from migctl.core.planner import Planner, place, plan
 from migctl.core.search import budgets
 from migctl.core.settings import ExactSettings, PlannerSettings
 
@@ -115,7 +115,7 @@ def unforecast(snap: Snapshot) -> Plan:
     now). With a forecast the spare instances are chosen for the pods to come (docs/planning.md, "Objective
     over time"), which strands more now by design and moves the counterfactuals these tests pin. The exact
     solver is off, as in `heuristic`: these tests pin what each heuristic stage finds."""
-    return _plan(snap, HEURISTIC, WorkBudget.for_snapshot(snap, HEURISTIC), EMPTY)
+    return place(snap, HEURISTIC, WorkBudget.for_snapshot(snap, HEURISTIC), EMPTY)
 
 
 def _seeded_against_optimum(
