@@ -128,7 +128,8 @@ TERM_NODES = 50_000
 
 def forecast_term(snap: Snapshot, result: Plan) -> tuple[Plan, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]:
     """The default plan's placement and, on it, the term's values: the greedy's, `result`'s, the optimum's, and
-    whether the optimum is proven. Fails loudly when `result` is not what `plan()` computes from that placement."""
+    whether the optimum is proven. The placement is computed again here (`plan()` is timed whole, as users call
+    it); it raises when a layout of `result` or of the greedy is not an option of the term's model."""
     s = PlannerSettings()
     demand = forecast(snap, s)
     placed = place(snap, s, WorkBudget.for_snapshot(snap, s), demand)
