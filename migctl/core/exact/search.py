@@ -104,6 +104,8 @@ def refine(
     pending = list(snapshot.pending)
     if not _eligible(snapshot, base, cfg) or cfg.neighbourhoods == 0 or not pending:
         return base
+    if sum(len(n.gpus) for n in snapshot.nodes if n.model is not None) > cfg.refine_max_gpus:
+        return base  # a few small sub-problems in a cluster this large: not worth reading the whole plan for
     state = _State.of(snapshot, base, pending)
     pods = {p.key: p for p in pending}
     # nodes serving a pod the model cannot place (whole GPUs, several instances) are left as they are

@@ -99,6 +99,18 @@ def test_the_neighbourhood_search_improves_the_heuristic_plan() -> None:
     assert rank(lns, snap) < rank(heur, snap)
 
 
+def test_above_its_size_limit_the_neighbourhood_search_leaves_the_plan_alone() -> None:
+    """The instance above, whose plan the sub-solves improve, with the limit one GPU below its size: the plan is
+    the heuristic's; at its size exactly, the sub-solves run again."""
+    snap = hard_instance(1, CATALOG, 64, 300).snapshot(CATALOG)
+    gpus = sum(len(n.gpus) for n in snap.nodes if n.model is not None)
+    below = LNS_ONLY.model_copy(update={"exact": LNS_ONLY.exact.model_copy(update={"refine_max_gpus": gpus - 1})})
+    at = LNS_ONLY.model_copy(update={"exact": LNS_ONLY.exact.model_copy(update={"refine_max_gpus": gpus})})
+    none = LNS_ONLY.model_copy(update={"exact": LNS_ONLY.exact.model_copy(update={"neighbourhoods": 0})})
+    assert plan(snap, below).to_dict() == plan(snap, none).to_dict()
+    assert rank(plan(snap, at), snap) < rank(plan(snap, none), snap)
+
+
 def test_without_the_solver_the_heuristic_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     snap = random_instance(85, CATALOG, 64, 300).snapshot(CATALOG)
     monkeypatch.setattr("migctl.core.exact.search.AVAILABLE", False)
@@ -121,7 +133,15 @@ def test_a_stage_out_of_budget_keeps_the_warm_start() -> None:
 def test_thorough_raises_every_budget() -> None:
     base = ExactSettings()
     more = base.thorough()
-    for name in ("whole_max_gpus", "whole_max_pods", "whole_nodes", "neighbourhoods", "neighbourhood_nodes"):
+    for name in (
+        "whole_max_gpus",
+        "whole_max_pods",
+        "whole_nodes",
+        "neighbourhoods",
+        "neighbourhood_nodes",
+        "refine_max_gpus",
+        "forecast_max_gpus",
+    ):
         assert getattr(more, name) > getattr(base, name)
 
 
