@@ -201,3 +201,8 @@ class Snapshot:
     def pending(self) -> tuple[Pod, ...]:
         """Pending GPU pods; cached (the snapshot is frozen): one plan asks for them a dozen times."""
         return tuple(p for p in self.pods if p.pending and p.gpu)
+
+    @cached_property
+    def mig_gpus(self) -> int:
+        """GPUs of a MIG-capable model: the size the planner's size limits count (`ExactSettings`, search budgets)."""
+        return sum(len(n.gpus) for n in self.nodes if n.model is not None)

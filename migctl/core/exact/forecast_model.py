@@ -244,8 +244,7 @@ def improve(placed: Plan, shaped: Plan, snapshot: Snapshot, settings: PlannerSet
     `exact.forecast_max_gpus` MIG GPUs: at 1,000 nodes the greedy is within 0.01 % of the optimum and the model
     costs more than the rest of the plan (docs/benchmarks.md)."""
     cfg = settings.exact
-    gpus = sum(len(n.gpus) for n in snapshot.nodes if n.model is not None)
-    if not (cfg.enabled and AVAILABLE and demand.models) or gpus > cfg.forecast_max_gpus:
+    if not (cfg.enabled and AVAILABLE and demand.models) or snapshot.mig_gpus > cfg.forecast_max_gpus:
         return shaped
     fm = build(placed, snapshot, settings, demand)
     x0 = start(fm, shaped)

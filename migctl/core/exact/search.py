@@ -64,13 +64,12 @@ def whole(
     is None when the instance is out of scope or the solver found nothing better than `base`."""
     cfg = settings.exact
     pending = list(snapshot.pending)
-    gpus = sum(len(n.gpus) for n in snapshot.nodes if n.model is not None)
     if (
         not _eligible(snapshot, base, cfg)
         or settings.evictions != "none"
         or not pending
         or len(pending) > cfg.whole_max_pods
-        or gpus > cfg.whole_max_gpus
+        or snapshot.mig_gpus > cfg.whole_max_gpus
         or not all(in_scope(p) for p in pending)
     ):
         return None, False
@@ -104,7 +103,7 @@ def refine(
     pending = list(snapshot.pending)
     if not _eligible(snapshot, base, cfg) or cfg.neighbourhoods == 0 or not pending:
         return base
-    if sum(len(n.gpus) for n in snapshot.nodes if n.model is not None) > cfg.refine_max_gpus:
+    if snapshot.mig_gpus > cfg.refine_max_gpus:
         return base  # a few small sub-problems in a cluster this large: not worth reading the whole plan for
     state = _State.of(snapshot, base, pending)
     pods = {p.key: p for p in pending}

@@ -21,7 +21,10 @@ class Improve(Results):
     """A pass with its local search."""
 
     def _improve(self, unplaced: list[Pod]) -> list[Pod]:
-        """Run `improve.LocalSearch` over the greedy's result and adopt what it found (see that module)."""
+        """Run `improve.LocalSearch` over the greedy's result and adopt what it found (see that module); not for
+        tidy alone on a cluster above `budgets.TIDY_MAX_GPUS`."""
+        if self.snapshot.mig_gpus > budgets.TIDY_MAX_GPUS and not any(self._searchable(p) for p in unplaced):
+            return unplaced
         model = self._search_model(unplaced)
         if model is None:
             return unplaced
@@ -120,11 +123,7 @@ class Improve(Results):
                 ]
             return hit
 
-        todo = [
-            Item(p, p.gpu[0], p.need_mib)
-            for p in unplaced
-            if p.units == 1 and p.gpu[0].kind != "gpu" and self.pod_kinds.get(p.key, 0) > 0
-        ]
+        todo = [Item(p, p.gpu[0], p.need_mib) for p in unplaced if self._searchable(p)]
         if not bins:
             return None
         self._model = (boxes, bins, movable)
@@ -132,6 +131,10 @@ class Improve(Results):
             candidates, min(budgets.IMPROVE_MAX, budgets.IMPROVE_BUDGET + budgets.IMPROVE_BUDGET_PER_POD * len(pods))
         )
         return search, todo
+
+    def _searchable(self, pod: Pod) -> bool:
+        """A left-out pod the local search may try to place: one instance, some GPU kind in its reach."""
+        return pod.units == 1 and pod.gpu[0].kind != "gpu" and self.pod_kinds.get(pod.key, 0) > 0
 
     def _placed_items(self) -> list[Item]:
         return [it for _, b in self._model[1] for it in b.items]

@@ -13,6 +13,10 @@ IMPROVE_BUDGET = 20_000  # fit checks the local search may spend: this base ...
 IMPROVE_BUDGET_PER_POD = 500  # ... plus this per pending pod
 IMPROVE_MAX = 400_000  # ... at most
 TIDY_PROBES = 50_000  # of that budget, at most this much for a round that only lowers stranded memory
+# A pass that left out no pod the search could place runs it for tidy alone (objective 2) only up to this many
+# MIG GPUs. Above, TIDY_PROBES reach a few dozen of the pods' kinds (34 at 1,000 nodes x 8 GPUs, where it moved
+# nothing) while modelling every GPU and writing it back costs a sixth of `plan()` (docs/planning.md).
+TIDY_MAX_GPUS = 4096
 CHAIN_PROBES = 2_500  # per tidy round of every pass, for exchanges
 PASS_REPACK = 20_000  # `LocalSearch.repacks` after tidy in every pass (fit checks, pairs and partners looked at)
 PASS_AUGMENT = 50_000  # `LocalSearch.augment_all`'s work at the end of every pass (fit checks)

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
+from bench.instances import random_instance
 from migctl.core.cluster import GpuDemand, Pod, Resources, Snapshot
+from migctl.core.forecast import forecast
 from migctl.core.geometry import canonical, geometry
 from migctl.core.planner import plan
-from migctl.core.search import LocalSearch
+from migctl.core.planner.passes import Planner
+from migctl.core.search import LocalSearch, budgets
 from migctl.core.search.bins import Bin, Box, Item
 from migctl.core.search.fits import Shapes
+from migctl.core.settings import ExactSettings, PlannerSettings
 from tests.unit.builders import CATALOG, mig, node, vram
 
 A100 = Shapes(geometry(CATALOG.model("a100-40gb")))
 IDLE = A100.start((), True)  # an idle GPU that may take any layout
 MIB = A100.mib
+HEURISTIC = PlannerSettings(exact=ExactSettings(enabled=False))  # the planner's own passes, no exact solves
 
 
 def vreq(gib: float) -> GpuDemand:
@@ -293,3 +300,32 @@ def test_two_for_one_is_undone_when_no_second_pod_fits() -> None:
     assert s.augment_all([u], 1_000) == 0
     assert (names(g0), names(g1), names(g2)) == ({"v1"}, set(), {"v2"}) and u.at is None
     assert (a.free.cpu_m, b.free.cpu_m) == (62_000, 0)
+
+
+# -- the size limit of a pass's tidy (`budgets.TIDY_MAX_GPUS`) --------------------------------------------------
+
+
+def test_above_the_size_limit_a_pass_that_left_no_pod_in_reach_out_does_not_tidy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An instance whose first pass places every pod it can and whose tidy then strands less: with the limit one
+    GPU below its size the tidy does not run (same pods, more stranded); at its size it runs again."""
+    snap = random_instance(18, CATALOG, 16, 60).snapshot(CATALOG)
+    monkeypatch.setattr(budgets, "TIDY_MAX_GPUS", snap.mig_gpus)
+    tidied = plan(snap, HEURISTIC)
+    monkeypatch.setattr(budgets, "TIDY_MAX_GPUS", snap.mig_gpus - 1)
+    untidied = plan(snap, HEURISTIC)
+    assert untidied.summary.pods_placed == tidied.summary.pods_placed
+    assert untidied.objective()[1] > tidied.objective()[1]
+
+
+def test_whatever_the_size_the_search_runs_for_pods_in_reach_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit spares only the tidy: where a pass's greedy leaves out pods the search can place, the search
+    places them (one pass, `Planner.run`, with the limit at 0 GPUs, against the same pass without its search)."""
+    snap = random_instance(0, CATALOG, 16, 80).snapshot(CATALOG)
+    demand = forecast(snap, HEURISTIC)
+    monkeypatch.setattr(budgets, "TIDY_MAX_GPUS", 0)
+    limited = Planner(snap, HEURISTIC, shapes={}, completions={}, demand=demand).run()
+    monkeypatch.setattr(Planner, "_improve", lambda self, unplaced: unplaced)
+    greedy = Planner(snap, HEURISTIC, shapes={}, completions={}, demand=demand).run()
+    assert limited.summary.pods_placed > greedy.summary.pods_placed
