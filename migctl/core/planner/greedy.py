@@ -4,6 +4,7 @@ free existing instances, one more instance on a GPU this pass reshapes, and resh
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import Counter
 from collections.abc import Iterable
 from heapq import heappop, heappush
@@ -137,6 +138,23 @@ class Greedy(Index):
                         best = cand
                 elif best is None or (cost, slot.order) < best[:2]:
                     best = (cost, slot.order, slot, profile, mib, self._as_is(useful, slot.mig))
+        if protects or balanced:
+            best = self._reshape_each(pod, demand, sid, cid, best, protects)
+        else:
+            best = self._reshape_cheapest(pod, demand, sid, cid, best)
+        if best is None:
+            return False
+        _, _, slot, profile, mib, opt = best
+        slot.node.free = slot.node.free - req
+        self._apply(pod, demand, slot, profile, mib, opt)
+        return True
+
+    def _reshape_each(
+        self, pod: Pod, demand: GpuDemand, sid: int, cid: int, best: Candidate | None, protects: bool
+    ) -> Candidate | None:
+        """`best`, or a cheaper reshaping option: every GPU state in the pod's reach, each costed for the pod (the
+        scarce-kind term) or each of its GPUs tilted by the node's balance."""
+        req = pod.requests
         memo = self.unit_memo.setdefault(cid, {})
         for kid, slots in self.views[sid].items():
             unit = memo[kid] if kid in memo else self._reconf_unit(pod, demand, slots[0], kid, cid)
@@ -146,7 +164,7 @@ class Greedy(Index):
                 unit = (self._protected(unit[0], pod, slots[0].kind), *unit[1:])
             if best is not None and unit[0] > best[0]:
                 continue
-            if balanced:  # every GPU of the state: the node matters, not just the order
+            if self.strategy.balance is not None:  # every GPU of the state: the node matters, not just the order
                 for s in slots:
                     if req.fits_in(s.node.free):
                         c = self._tilted(unit[0], pod, s, unit[3], unit[4], unit[5])
@@ -160,12 +178,39 @@ class Greedy(Index):
                 if req.fits_in(s.node.free):
                     best = (unit[0], s.order, s, unit[3], unit[4], unit[5])
                     break
-        if best is None:
-            return False
-        _, _, slot, profile, mib, opt = best
-        slot.node.free = slot.node.free - req
-        self._apply(pod, demand, slot, profile, mib, opt)
-        return True
+        return best
+
+    def _reshape_cheapest(
+        self, pod: Pod, demand: GpuDemand, sid: int, cid: int, best: Candidate | None
+    ) -> Candidate | None:
+        """`_reshape_each` where a state's cost is the same for every pod of the class: the states in the order of
+        that cost (`unit_rank`, kept sorted as states appear), so the scan stops at the first state that costs
+        more than the best so far. The winner is the same, the lowest (cost, GPU order) that fits: a pod at scale
+        looks at a few of the dozens of states in its reach."""
+        req = pod.requests
+        view = self.views[sid]
+        memo = self.unit_memo.setdefault(cid, {})
+        ranked = self.unit_rank.setdefault(cid, [])
+        for kid in view.keys() - memo.keys():  # states this class has not met yet
+            unit = self._reconf_unit(pod, demand, view[kid][0], kid, cid)
+            if unit is not None:
+                insort(ranked, (unit[0], kid))
+        for cost, kid in ranked:
+            if best is not None and cost > best[0]:
+                break
+            slots = view.get(kid)
+            if slots is None:
+                continue
+            limit = best[1] if best is not None and cost == best[0] else _NO_LIMIT
+            for s in slots:
+                if s.order > limit:
+                    break
+                if req.fits_in(s.node.free):
+                    unit = memo[kid]
+                    assert unit is not None
+                    best = (cost, s.order, s, unit[3], unit[4], unit[5])
+                    break
+        return best
 
     def _tilted(self, cost: Cost, pod: Pod, slot: Slot, profile: str, mib: int, opt: Option) -> Candidate:
         """A candidate with its tie-break: the GPU order, or for the balance strategies how unevenly the node's

@@ -132,6 +132,7 @@ class PlanState:
         self.grow_memo: dict[int, bool] = {}
         self.as_is_memo: dict[tuple[int, bool], Option] = {}
         self.unit_memo: dict[int, dict[int, Candidate | None]] = {}  # demand class -> state id -> option
+        self.unit_rank: dict[int, list[tuple[Cost, int]]] = {}  # demand class -> (cost, state id), cheapest first
         self.choice_cost_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
         self.kinds_memo: dict[tuple[int, tuple[GpuDemand, ...]], list[str]] = {}
