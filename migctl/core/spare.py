@@ -58,6 +58,7 @@ class Completions:
         self._served: dict[Layout, int] = {}
         self._regroup: dict[tuple[Request, ...], tuple[Layout, tuple[str, ...]] | None] = {}
         self._takes: dict[tuple[tuple[str, int], ...], list[tuple[str, int]]] = {}
+        self._served_by_cap: dict[tuple[tuple[str, int], ...], list[tuple[str, int | None]]] = {}
         # `with_want`'s copies share memos by their want capped at a GPU's instances
         self._capped = False
         self._families: dict[tuple[float, ...], _Memos] = {}
@@ -123,6 +124,7 @@ class Completions:
             memos = self._families[family] = ({}, {}, {})
         other._best, other._served, other._regroup = memos
         other._takes = {}
+        other._served_by_cap = {}
         other._capped = True
         other._room = None  # the memos are shared: a key must not depend on one member's want
         return other
@@ -154,16 +156,32 @@ class Completions:
         key = tuple(free.items())
         hit = self._takes.get(key)
         if hit is None:
-            squares = self._squares(free)
-            hit = self._takes[key] = []
-            for name, c in key:
+            squares, sq = self._squares(free), self._sq
+            hit = self._takes[key] = [
+                (name, 0 if served is None else served + squares - sq[name])
+                for name, served in self._served_without(key)
+            ]
+        return hit
+
+    def _served_without(self, key: tuple[tuple[str, int], ...]) -> list[tuple[str, int | None]]:
+        """`takes` before the squares: (profile, `served` once one instance of it is taken, shifted; None for a
+        whole GPU). Memoised on the counts capped one above `_room`: taking one from a count above that leaves
+        `_key` at the cap, as taking one from the cap plus one does (the pools of busy nodes differ there)."""
+        room = self._room
+        capped = (
+            key if room is None else tuple((n, c if n == WHOLE_GPU else min(c, room.get(n, 0) + 1)) for n, c in key)
+        )
+        hit = self._served_by_cap.get(capped)
+        if hit is None:
+            hit = self._served_by_cap[capped] = []
+            for name, c in capped:
                 if c <= 0:
                     continue
                 if name == WHOLE_GPU:
-                    hit.append((name, 0))
+                    hit.append((name, None))
                     continue
-                rest = self._key((n, k - 1 if n == name else k) for n, k in key)
-                hit.append((name, (self.served_of(rest) << _SQ_BITS) + squares - self._sq[name]))
+                rest = self._key((n, k - 1 if n == name else k) for n, k in capped)
+                hit.append((name, self.served_of(rest) << _SQ_BITS))
         return hit
 
     def best(self, assigned: Layout) -> tuple[Layout, int, int] | None:

@@ -40,19 +40,26 @@ def _served(comp: Completions, free: dict[str, int]) -> int:
 
 
 @settings(max_examples=60, deadline=None)
-@given(history, st.dictionaries(st.sampled_from(PLAIN), st.integers(0, 40), min_size=1))
+@given(
+    history,
+    st.dictionaries(st.sampled_from(PLAIN), st.integers(0, 40), min_size=1),
+    st.dictionaries(st.sampled_from(PLAIN), st.integers(1, 20)),
+)
 def test_a_pools_value_and_takes_are_those_of_all_its_instances(
-    reqs: list[tuple[str, object]], free: dict[str, int]
+    reqs: list[tuple[str, object]], free: dict[str, int], more: dict[str, int]
 ) -> None:
+    """Also for a second pool of the same profiles with more of some, asked of the same memos: where both are
+    above what a GPU holds they share a capped key, and each still gets its own value."""
     comp = _completions(reqs)
-    assert comp.served(free) == _served(comp, free)
     sq = {n: (p.memory_mib // 1024) ** 2 for n, p in GEO.profiles.items()}
-    for name, useful in comp.takes(free):
-        rest = dict(free)
-        rest[name] -= 1
-        squares = sum(sq[n] * c for n, c in rest.items() if c > 0)
-        assert useful == (_served(comp, rest) << 24) + squares
-        assert useful == comp.usefulness_without(free, name)
+    for pool in (free, {n: c + more.get(n, 0) if c else 0 for n, c in free.items()}):
+        assert comp.served(pool) == _served(comp, pool)
+        for name, useful in comp.takes(pool):
+            rest = dict(pool)
+            rest[name] -= 1
+            squares = sum(sq[n] * c for n, c in rest.items() if c > 0)
+            assert useful == (_served(comp, rest) << 24) + squares
+            assert useful == comp.usefulness_without(pool, name)
 
 
 @settings(max_examples=40, deadline=None)
