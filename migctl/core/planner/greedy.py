@@ -183,71 +183,33 @@ class Greedy(Index):
     def _reshape_cheapest(
         self, pod: Pod, demand: GpuDemand, sid: int, cid: int, best: Candidate | None
     ) -> Candidate | None:
-        """`_reshape_each` where a state's cost does not depend on the pod beyond its class (no scarce-kind term, no
-        balance). Per GPU kind, the states in the order of their cost for the class's shape (`_shape_of`, kept
-        sorted as states appear), so the scan stops at the first that costs more than the best so far. The
-        winner is the same, the lowest (cost, GPU order) that fits; a pod at scale looks at a few of the dozens
-        of states in its reach, and classes of one shape cost each state once."""
+        """`_reshape_each` where a state's cost is the same for every pod of the class: the states in the order of
+        that cost (`unit_rank`, kept sorted as states appear), so the scan stops at the first state that costs
+        more than the best so far. The winner is the same, the lowest (cost, GPU order) that fits: a pod at scale
+        looks at a few of the dozens of states in its reach."""
         req = pod.requests
         view = self.views[sid]
-        for kind in self.sig_kinds[sid]:
-            shape, w0 = self._shape_of(cid, kind, pod, demand)
-            memo = self.shape_memo[shape]
-            ranked = self.shape_rank[shape]
-            for kid in view.keys() - memo.keys():  # states this shape has not met yet
-                first = view[kid][0]
-                unit = memo[kid] = self._shape_unit(shape, first, kid) if first.kind == kind else None
-                if unit is not None:
-                    insort(ranked, (unit[0], kid))
-            for norm, kid in ranked:
-                cost = (norm[0], norm[1], norm[2] + w0, norm[3], norm[4], norm[5], norm[6])
-                if best is not None and cost > best[0]:
-                    break
-                slots = view.get(kid)
-                if slots is None:
-                    continue
-                limit = best[1] if best is not None and cost == best[0] else _NO_LIMIT
-                for s in slots:
-                    if s.order > limit:
-                        break
-                    if req.fits_in(s.node.free):
-                        unit = memo[kid]
-                        assert unit is not None
-                        best = (cost, s.order, s, unit[3], unit[4], unit[5])
-                        break
-        return best
-
-    def _shape_of(self, cid: int, kind: str, pod: Pod, demand: GpuDemand) -> tuple[int, int]:
-        """(id of the class's choice costs on `kind` with waste counted from its least, that least). Classes whose
-        wastes differ by a constant (VRAM requests between the same two instance sizes, profile requests with
-        any annotated need) rank every reshaping option alike: the waste is one term of a lexicographic cost."""
-        key = (cid, kind)
-        hit = self.shape_of.get(key)
-        if hit is None:
-            costs = self._choice_costs(cid, kind, pod, demand)
-            w0 = min((w for _, _, w, _ in costs), default=0)
-            norm = tuple((p, m, w - w0, share) for p, m, w, share in costs)
-            shape = self.shape_ids.get((kind, norm))
-            if shape is None:
-                shape = self.shape_ids[(kind, norm)] = len(self.shape_list)
-                self.shape_list.append((kind, norm))
-                self.shape_memo.append({})
-                self.shape_rank.append([])
-            hit = self.shape_of[key] = (shape, w0)
-        return hit
-
-    def _shape_unit(self, shape: int, slot: Slot, kid: int) -> Candidate | None:
-        """`_reconf_unit` for a shape: the cheapest reshaping option of one unit on GPUs in state `kid`, its waste
-        counted from the shape's least."""
-        best: Candidate | None = None
-        _, norm = self.shape_list[shape]
-        for profile, mib, waste, share in norm:
-            opt = self._reconf_option(slot, profile, kid)
-            if opt is None:
+        memo = self.unit_memo.setdefault(cid, {})
+        ranked = self.unit_rank.setdefault(cid, [])
+        for kid in view.keys() - memo.keys():  # states this class has not met yet
+            unit = self._reconf_unit(pod, demand, view[kid][0], kid, cid)
+            if unit is not None:
+                insort(ranked, (unit[0], kid))
+        for cost, kid in ranked:
+            if best is not None and cost > best[0]:
+                break
+            slots = view.get(kid)
+            if slots is None:
                 continue
-            cost = self._cost(waste, share, opt)
-            if best is None or (cost, profile) < (best[0], best[3]):
-                best = (cost, 0.0, slot, profile, mib, opt)
+            limit = best[1] if best is not None and cost == best[0] else _NO_LIMIT
+            for s in slots:
+                if s.order > limit:
+                    break
+                if req.fits_in(s.node.free):
+                    unit = memo[kid]
+                    assert unit is not None
+                    best = (cost, s.order, s, unit[3], unit[4], unit[5])
+                    break
         return best
 
     def _tilted(self, cost: Cost, pod: Pod, slot: Slot, profile: str, mib: int, opt: Option) -> Candidate:

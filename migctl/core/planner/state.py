@@ -132,12 +132,7 @@ class PlanState:
         self.grow_memo: dict[int, bool] = {}
         self.as_is_memo: dict[tuple[int, bool], Option] = {}
         self.unit_memo: dict[int, dict[int, Candidate | None]] = {}  # demand class -> state id -> option
-        # `Greedy._reshape_cheapest`: a demand class's choice costs on a kind, waste from its least, are a shape
-        self.shape_of: dict[tuple[int, str], tuple[int, int]] = {}  # (class, kind) -> (shape id, least waste)
-        self.shape_ids: dict[tuple[str, tuple[tuple[str, int, int, int], ...]], int] = {}
-        self.shape_list: list[tuple[str, tuple[tuple[str, int, int, int], ...]]] = []  # shape id -> (kind, costs)
-        self.shape_memo: list[dict[int, Candidate | None]] = []  # shape id -> state id -> option
-        self.shape_rank: list[list[tuple[Cost, int]]] = []  # shape id -> (cost, state id), cheapest first
+        self.unit_rank: dict[int, list[tuple[Cost, int]]] = {}  # demand class -> (cost, state id), cheapest first
         self.choice_cost_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
         self.kinds_memo: dict[tuple[int, tuple[GpuDemand, ...]], list[str]] = {}
