@@ -6,7 +6,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -23,11 +23,50 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def emit_json(data: Any) -> None:
-    """Indented on a terminal; compact into a pipe or file, where C's encoder writes it (a 1,000-node plan is
-    11 MB: indenting it in Python took longer than reading the snapshot)."""
-    tty = sys.stdout.isatty()
-    click.echo(json.dumps(data, indent=2 if tty else None, sort_keys=False))
+# A row of a long list whose rows share most of their keys: the object {**own, **shared}, where `shared` is one
+# dict for all the rows it serves (the VRAM section: one decision for the pods of a kind).
+SharedRow = tuple[Mapping[str, Any], Mapping[str, Any]]
+
+
+def emit_json(data: Any, rows: Mapping[str, Sequence[SharedRow]] | None = None) -> None:
+    """`data`, with `rows` as its last keys. Indented on a terminal; compact into a pipe or file, where C's
+    encoder writes it (a 1,000-node plan is 7 MB: indenting it in Python took longer than reading the
+    snapshot), and each shared dict of `rows` is encoded once, not once per row (`compact_json`)."""
+    rows = rows or {}
+    if sys.stdout.isatty():
+        whole = {**data, **{k: [{**own, **shared} for own, shared in v] for k, v in rows.items()}}
+        click.echo(json.dumps(whole, indent=2, sort_keys=False))
+        return
+    click.echo(compact_json(data, rows))
+
+
+def compact_json(data: Mapping[str, Any], rows: Mapping[str, Sequence[SharedRow]]) -> str:
+    """`json.dumps({**data, **{key: [{**own, **shared} for own, shared in v] ...}})`, the same text, with the
+    encoding of each `shared` dict (by identity) spliced into every row it serves."""
+    text = json.dumps(data, sort_keys=False)
+    if not rows:
+        return text
+    if not isinstance(data, dict) or rows.keys() & data.keys():
+        raise ValueError("rows must be new top-level keys of a JSON object")
+    parts = [text[:-1]]
+    for key, items in rows.items():
+        done: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (the dict, kept: its id stays its own; text)
+        encoded = []
+        for own, shared in items:
+            hit = done.get(id(shared))
+            if hit is None:
+                hit = done[id(shared)] = (shared, json.dumps(shared, sort_keys=False))
+            tail = hit[1]
+            if not own.keys().isdisjoint(shared):  # a key in both: the shared value wins, at the own key's place
+                encoded.append(json.dumps({**own, **shared}, sort_keys=False))
+            elif not own:
+                encoded.append(tail)
+            elif not shared:
+                encoded.append(json.dumps(own, sort_keys=False))
+            else:
+                encoded.append(f"{json.dumps(own, sort_keys=False)[:-1]}, {tail[1:]}")
+        parts.append(f"{', ' if len(parts) > 1 or data else ''}{json.dumps(key)}: [{', '.join(encoded)}]")
+    return "".join(parts) + "}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
