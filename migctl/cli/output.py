@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _quote  # json.dumps of a str
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -55,18 +56,25 @@ def compact_json(data: Mapping[str, Any], rows: Mapping[str, Sequence[SharedRow]
         for own, shared in items:
             hit = done.get(id(shared))
             if hit is None:
-                hit = done[id(shared)] = (shared, json.dumps(shared, sort_keys=False))
-            tail = hit[1]
-            if not own.keys().isdisjoint(shared):  # a key in both: the shared value wins, at the own key's place
+                hit = done[id(shared)] = (shared, json.dumps(shared, sort_keys=False)[1:-1])
+            head = _members(own) if own.keys().isdisjoint(shared) else None
+            if head is None:  # a key in both (the shared value wins, at the own key's place), or not a str key
                 encoded.append(json.dumps({**own, **shared}, sort_keys=False))
-            elif not own:
-                encoded.append(tail)
-            elif not shared:
-                encoded.append(json.dumps(own, sort_keys=False))
             else:
-                encoded.append(f"{json.dumps(own, sort_keys=False)[:-1]}, {tail[1:]}")
+                encoded.append(f"{{{head}{', ' if head and hit[1] else ''}{hit[1]}}}")
         parts.append(f"{', ' if len(parts) > 1 or data else ''}{json.dumps(key)}: [{', '.join(encoded)}]")
     return "".join(parts) + "}"
+
+
+def _members(obj: Mapping[str, Any]) -> str | None:
+    """`json.dumps(obj)` without its braces; strings through the encoder's own C function (a json.dumps call per
+    row costs more than the row); None for a key that is not a str (json.dumps converts those)."""
+    out = []
+    for k, v in obj.items():
+        if type(k) is not str:
+            return None
+        out.append(f"{_quote(k)}: {_quote(v) if type(v) is str else json.dumps(v, sort_keys=False)}")
+    return ", ".join(out)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
