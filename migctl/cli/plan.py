@@ -248,7 +248,7 @@ def vram_requests_section(
     from migctl.adapters.pods import placement_from_object
     from migctl.config.webhook import WebhookSettings
     from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
-    from migctl.core.vram_request import VramDecision, asks_for_vram, decide
+    from migctl.core.vram_request import VramDecision, decide, vram_containers
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)
@@ -268,7 +268,8 @@ def vram_requests_section(
         if spec.get("schedulerName") == rules.fallback_scheduler:
             continue  # the fallback section shows these
         pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        if pod in unreadable or not asks_for_vram(obj, rules):
+        containers = None if pod in unreadable else vram_containers(obj, rules)
+        if containers is None:
             continue
         placement: Pod | str | None = read.get(pod)
         if placement is None:  # a pod the adapter rejected (its reason is in the plan): read only its placement
@@ -276,7 +277,7 @@ def vram_requests_section(
                 placement = placement_from_object(obj)
             except (ValueError, KeyError, TypeError) as e:
                 placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"
-        decision = decide(obj, placement, index, rules)
+        decision = decide(obj, placement, index, rules, containers=containers)
         if id(decision) not in shown:
             shown[id(decision)] = (decision, decision.to_dict())  # the decision kept: its id stays its own
         out.append(({"pod": pod}, shown[id(decision)][1]))
