@@ -33,7 +33,7 @@ _dumps = marshal.dumps
 
 def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata") or {}
-    return meta if isinstance(meta, Mapping) else {}
+    return meta if type(meta) is dict or isinstance(meta, Mapping) else {}  # a dict: no ABC check (28,000 a snapshot)
 
 
 def quantity_at(value: Any, where: str) -> Decimal:
