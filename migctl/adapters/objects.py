@@ -13,7 +13,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -662,12 +662,17 @@ def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings, shapes: Shap
 
 
 def _convert_node(obj: Mapping[str, Any], pods: tuple[Pod, ...], ctx: _Ctx, unreadable: tuple[str, ...]) -> NodeOutcome:
-    """One node, its warnings and problems collected apart (the memo replays them when it reuses the node)."""
-    own = replace(ctx, warnings=[], problems=[])
-    node = _node(obj, pods, own, unreadable)
-    return NodeOutcome(
-        (pods, unreadable, ctx.mig_parted_source), ctx.mig_parted, node, tuple(own.warnings), tuple(own.problems)
-    )
+    """One node, its warnings and problems collected apart (the memo replays them when it reuses the node): the
+    context's lists are swapped for the node's own while it is read (cheaper than a copy of the context)."""
+    kept = ctx.warnings, ctx.problems
+    ctx.warnings, ctx.problems = [], []
+    try:
+        node = _node(obj, pods, ctx, unreadable)
+        return NodeOutcome(
+            (pods, unreadable, ctx.mig_parted_source), ctx.mig_parted, node, tuple(ctx.warnings), tuple(ctx.problems)
+        )
+    finally:
+        ctx.warnings, ctx.problems = kept
 
 
 def _why(e: BaseException) -> str:

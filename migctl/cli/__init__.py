@@ -1,25 +1,48 @@
-"""The `migctl` command line: one entry point, subcommands per area (profiles, plan, ...)."""
+"""The `migctl` command line: one entry point, subcommands per area (profiles, plan, ...).
+
+A subcommand's module is imported when that subcommand runs (or `--help` lists it), not at every start: each
+pulls in its own component (the controller, the webhook, the simulator, ...), and `migctl plan` on a snapshot
+should not pay for the others' imports.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
 from migctl import __version__
-from migctl.cli.agent import agent_command
-from migctl.cli.fallback import fallback_command
 from migctl.cli.output import fail
-from migctl.cli.plan import plan_command
-from migctl.cli.profiles import profiles
-from migctl.cli.run import run_command
-from migctl.cli.simulate import simulate_command
-from migctl.cli.webhook import webhook_command
 from migctl.errors import InputError, LayoutError
+
+# name -> (module, attribute): where each subcommand lives.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "agent": ("migctl.cli.agent", "agent_command"),
+    "fallback": ("migctl.cli.fallback", "fallback_command"),
+    "plan": ("migctl.cli.plan", "plan_command"),
+    "profiles": ("migctl.cli.profiles", "profiles"),
+    "run": ("migctl.cli.run", "run_command"),
+    "simulate": ("migctl.cli.simulate", "simulate_command"),
+    "webhook": ("migctl.cli.webhook", "webhook_command"),
+}
 
 
 class _Group(click.Group):
-    """Turns migctl's own errors into one clear paragraph on stderr and exit code 2."""
+    """Loads subcommands on demand (`SUBCOMMANDS`), and turns migctl's own errors into one clear paragraph on
+    stderr and exit code 2."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in SUBCOMMANDS:
+            module, attribute = SUBCOMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command) or command.name != cmd_name:
+                raise RuntimeError(f"{module}.{attribute} is not the click command {cmd_name!r}")
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -38,15 +61,6 @@ def cli() -> None:
 def version() -> None:
     """Print the migctl version."""
     click.echo(f"migctl {__version__}")
-
-
-cli.add_command(profiles)
-cli.add_command(plan_command)
-cli.add_command(simulate_command)
-cli.add_command(run_command)
-cli.add_command(agent_command)
-cli.add_command(fallback_command)
-cli.add_command(webhook_command)
 
 
 def main() -> None:

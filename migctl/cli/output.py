@@ -6,7 +6,8 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _quote  # json.dumps of a str
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -23,11 +24,57 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def emit_json(data: Any) -> None:
-    """Indented on a terminal; compact into a pipe or file, where C's encoder writes it (a 1,000-node plan is
-    11 MB: indenting it in Python took longer than reading the snapshot)."""
-    tty = sys.stdout.isatty()
-    click.echo(json.dumps(data, indent=2 if tty else None, sort_keys=False))
+# A row of a long list whose rows share most of their keys: the object {**own, **shared}, where `shared` is one
+# dict for all the rows it serves (the VRAM section: one decision for the pods of a kind).
+SharedRow = tuple[Mapping[str, Any], Mapping[str, Any]]
+
+
+def emit_json(data: Any, rows: Mapping[str, Sequence[SharedRow]] | None = None) -> None:
+    """`data`, with `rows` as its last keys. Indented on a terminal; compact into a pipe or file, where C's
+    encoder writes it (a 1,000-node plan is 7 MB: indenting it in Python took longer than reading the
+    snapshot), and each shared dict of `rows` is encoded once, not once per row (`compact_json`)."""
+    rows = rows or {}
+    if sys.stdout.isatty():
+        whole = {**data, **{k: [{**own, **shared} for own, shared in v] for k, v in rows.items()}}
+        click.echo(json.dumps(whole, indent=2, sort_keys=False))
+        return
+    click.echo(compact_json(data, rows))
+
+
+def compact_json(data: Mapping[str, Any], rows: Mapping[str, Sequence[SharedRow]]) -> str:
+    """`json.dumps({**data, **{key: [{**own, **shared} for own, shared in v] ...}})`, the same text, with the
+    encoding of each `shared` dict (by identity) spliced into every row it serves."""
+    text = json.dumps(data, sort_keys=False)
+    if not rows:
+        return text
+    if not isinstance(data, dict) or rows.keys() & data.keys():
+        raise ValueError("rows must be new top-level keys of a JSON object")
+    parts = [text[:-1]]
+    for key, items in rows.items():
+        done: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (the dict, kept: its id stays its own; text)
+        encoded = []
+        for own, shared in items:
+            hit = done.get(id(shared))
+            if hit is None:
+                hit = done[id(shared)] = (shared, json.dumps(shared, sort_keys=False)[1:-1])
+            head = _members(own) if own.keys().isdisjoint(shared) else None
+            if head is None:  # a key in both (the shared value wins, at the own key's place), or not a str key
+                encoded.append(json.dumps({**own, **shared}, sort_keys=False))
+            else:
+                encoded.append(f"{{{head}{', ' if head and hit[1] else ''}{hit[1]}}}")
+        parts.append(f"{', ' if len(parts) > 1 or data else ''}{json.dumps(key)}: [{', '.join(encoded)}]")
+    return "".join(parts) + "}"
+
+
+def _members(obj: Mapping[str, Any]) -> str | None:
+    """`json.dumps(obj)` without its braces; strings through the encoder's own C function (a json.dumps call per
+    row costs more than the row); None for a key that is not a str (json.dumps converts those)."""
+    out = []
+    for k, v in obj.items():
+        if type(k) is not str:
+            return None
+        out.append(f"{_quote(k)}: {_quote(v) if type(v) is str else json.dumps(v, sort_keys=False)}")
+    return ", ".join(out)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

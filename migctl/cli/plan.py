@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from migctl.adapters.objects import load_objects, snapshot_from_objects
-from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
+from migctl.cli.output import OUTPUT_OPTION, SharedRow, emit_json, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.config.fallback import FallbackSettings
@@ -99,7 +99,7 @@ def plan_command(
     fallback = fallback_section(objects, catalog, settings, cfg.fallback, snapshot)
     vram = vram_requests_section(objects, snapshot, settings, cfg.webhook)
     if output == "json":
-        emit_json({**result.to_dict(), "fallback": fallback, "vram_requests": vram})
+        emit_json({**result.to_dict(), "fallback": fallback}, {"vram_requests": vram})
         return
     click.echo(render_text(result, source, len(snapshot.nodes), explain, all_nodes))
     if explain:  # the forecast the plan's spare instances were chosen for (the planner computes the same)
@@ -237,8 +237,9 @@ def render_fallback(fb: dict[str, Any], explain: bool) -> str:
 
 def vram_requests_section(
     objects: list[dict[str, Any]], snapshot: Snapshot, planner: PlannerSettings, webhook: Any = None
-) -> list[dict[str, Any]]:
-    """The webhook's decision for each pending pod that asks for VRAM on the default scheduler.
+) -> list[SharedRow]:
+    """The webhook's decision for each pending pod that asks for VRAM on the default scheduler: per pod, its
+    name and the decision's dict (the one dict for all pods of the decision).
 
     The pods' placement comes from the plan's snapshot (read once), and one `OfferIndex` serves every pod, so
     the cost is per pod kind and GPU class. Offline there are no namespace labels, so the namespace opt-out is
@@ -247,13 +248,13 @@ def vram_requests_section(
     from migctl.adapters.pods import placement_from_object
     from migctl.config.webhook import WebhookSettings
     from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
-    from migctl.core.vram_request import VramDecision, asks_for_vram, decide
+    from migctl.core.vram_request import VramDecision, decide, vram_containers
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)
     index = OfferIndex(offers_from_snapshot(snapshot, planner))
     read = {p.key: p for p in snapshot.pods}
-    out: list[dict[str, Any]] = []
+    out: list[SharedRow] = []
     unreadable = {k for k, _ in snapshot.rejected}  # the plan already says why; the webhook never sees them
     shown: dict[int, tuple[VramDecision, dict[str, Any]]] = {}  # pods of a kind share one decision: one dict
     for obj in objects:
@@ -267,7 +268,8 @@ def vram_requests_section(
         if spec.get("schedulerName") == rules.fallback_scheduler:
             continue  # the fallback section shows these
         pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        if pod in unreadable or not asks_for_vram(obj, rules):
+        containers = None if pod in unreadable else vram_containers(obj, rules)
+        if containers is None:
             continue
         placement: Pod | str | None = read.get(pod)
         if placement is None:  # a pod the adapter rejected (its reason is in the plan): read only its placement
@@ -275,17 +277,18 @@ def vram_requests_section(
                 placement = placement_from_object(obj)
             except (ValueError, KeyError, TypeError) as e:
                 placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"
-        decision = decide(obj, placement, index, rules)
+        decision = decide(obj, placement, index, rules, containers=containers)
         if id(decision) not in shown:
             shown[id(decision)] = (decision, decision.to_dict())  # the decision kept: its id stays its own
-        out.append({"pod": pod, **shown[id(decision)][1]})
+        out.append(({"pod": pod}, shown[id(decision)][1]))
     return out
 
 
-def render_vram_requests(rows: list[dict[str, Any]]) -> str:
+def render_vram_requests(rows: list[SharedRow]) -> str:
     """The VRAM-request part of the text plan: one line per pod."""
     lines = [f"vram requests (what `migctl webhook` would choose): {len(rows)} pending pods"]
-    for r in rows:
+    for own, shared in rows:
+        r = {**own, **shared}
         if r["action"] == "rewrite":
             what = ", ".join(f"{c['name']} {c['request']} -> {c['resource']}" for c in r["containers"])
             where = {"free": f"free now on {r['node']}", "plannable": f"after a reshape on {r['node']}"}.get(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -247,7 +248,7 @@ def _parse(text: str, source: str, version: Version) -> MigPartedConfig:
         raise InputError(source, [Problem("mig-configs", "at least one config is required")])
     configs: dict[str, list[ConfigEntry]] = {}
     skipped: list[str] = []
-    seen: dict[str, ConfigEntry] | None = {} if from_json else None
+    seen: dict[bytes, ConfigEntry] | None = {} if from_json else None
     for key, entries in (raw or {}).items():
         name = _yaml_key(key)
         where = f"mig-configs.{name}"
@@ -270,14 +271,15 @@ def _parse(text: str, source: str, version: Version) -> MigPartedConfig:
     return MigPartedConfig(version="v1", mig_configs=configs, skipped=tuple(skipped))
 
 
-def _entry(entry: dict[str, Any], version: Version, seen: dict[str, ConfigEntry] | None) -> ConfigEntry:
+def _entry(entry: dict[str, Any], version: Version, seen: dict[bytes, ConfigEntry] | None) -> ConfigEntry:
     """One entry validated; with `seen` (a JSON text, whose keys are all strings) entries spelled alike are
     validated once: a thousand node configs repeat a few hundred distinct entries, and the model is frozen.
-    Spelled alike: the same `repr`, which for what a JSON parser makes (str, int, float, bool, None, lists,
-    dicts in order) differs wherever the values or their types do (`1`, `1.0` and `true` are three spellings)."""
+    Spelled alike: the same `marshal` encoding, which writes what a JSON parser makes (str, int, float, bool,
+    None, lists, dicts in order) with each value's type and reads it back exactly, so it differs wherever the
+    values or their types do (`1`, `1.0` and `true` are three spellings); and C writes it faster than `repr`."""
     if seen is None:
         return ConfigEntry.model_validate(entry, context={"version": version})
-    key = repr(entry)
+    key = marshal.dumps(entry)
     if key not in seen:
         seen[key] = ConfigEntry.model_validate(entry, context={"version": version})
     return seen[key]

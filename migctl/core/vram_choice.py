@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from migctl.core.catalog import round_gib
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_offers import Capacity
+from migctl.core.vram_offers import Capacity, ModelOffer
 from migctl.wire import names
 
 CHOICE_ANNOTATION = names.VRAM_CHOICE
@@ -120,3 +121,30 @@ class VramDecision:
 def waste_of(choices: Iterable[ContainerChoice]) -> int:
     per_instance = {c.instance: max(0, c.instance_mib - c.shared_mib) for c in choices}
     return sum(per_instance.values())
+
+
+def too_large(wanted: Sequence[ContainerChoice], offers: Sequence[ModelOffer], rules: VramRules) -> str:
+    """Why no model here can serve `wanted`: its largest request against the largest instance (and GPU)."""
+    largest = max(
+        ((p.memory_mib, p.name, o.model.id) for o in offers for p in o.model.base_profiles), default=(0, "", "")
+    )
+    biggest_gpu = max(((o.model.memory_mib, o.model.id) for o in offers), default=(0, ""))
+    reach = max(largest[0], biggest_gpu[0] if rules.whole_gpu else 0)
+    too_big = [c for c in wanted if c.request_mib > reach]
+    if too_big:
+        c = max(too_big, key=lambda c: c.request_mib)
+        text = (
+            f"{c.where} asks for {c.request} ({c.request_mib} MiB, {round_gib(c.request_mib)} GiB) of GPU memory "
+            f"({rules.resource}); the largest MIG instance on the GPUs in this cluster is {largest[1]} with "
+            f"{largest[0]} MiB ({round_gib(largest[0])} GiB, {largest[2]})"
+        )
+        if c.request_mib <= biggest_gpu[0]:
+            text += (
+                f"; a whole {biggest_gpu[1]} GPU ({biggest_gpu[0]} MiB) would hold it: request nvidia.com/gpu: 1, "
+                "or let migctl do it (webhook.whole_gpu: true)"
+            )
+        else:
+            text += f"; no single GPU here has that much memory (largest: {biggest_gpu[0]} MiB, {biggest_gpu[1]})"
+        return text + ". Ask for less, or split the work across app containers (each gets its own instance)."
+    # Not reached: serving is monotonic in the request, and an instance must hold only its largest request.
+    return f"no GPU model here can serve {', '.join(f'{c.name}: {c.request}' for c in wanted)}"

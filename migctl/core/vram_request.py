@@ -34,13 +34,15 @@ The cost of a decision is per GPU class (`vram_offers.OfferIndex`), and decision
 
 from __future__ import annotations
 
+import marshal
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
-from migctl.core.catalog import GpuModel, round_gib
+from migctl.core.catalog import GpuModel
 from migctl.core.cluster import GpuDemand, Pod
 from migctl.core.demand import effective_requests, profiles_for, shared_instances
 from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
@@ -53,6 +55,7 @@ from migctl.core.vram_choice import (
     ContainerChoice,
     VramDecision,
     VramRules,
+    too_large,
     waste_of,
 )
 from migctl.core.vram_offers import (
@@ -77,13 +80,18 @@ __all__ = [
     "ModelOffer",
     "NodeOffer",
     "OfferIndex",
+    "PodContainers",
     "VramDecision",
     "VramRules",
     "asks_for_vram",
     "decide",
     "offers_from_snapshot",
+    "vram_containers",
     "vram_requests",
 ]
+
+
+_dumps = marshal.dumps
 
 
 def _leave(reason: str) -> VramDecision:
@@ -97,10 +105,10 @@ def _resources(c: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-_Containers = list[tuple[bool, int, Mapping[str, Any], dict[str, Any]]]  # (init, index, container, resources)
+PodContainers = list[tuple[bool, int, Mapping[str, Any], dict[str, Any]]]  # (init, index, container, resources)
 
 
-def _containers(pod: Mapping[str, Any]) -> _Containers:
+def _containers(pod: Mapping[str, Any]) -> PodContainers:
     """Each container with its resources read once (app containers first, then init containers)."""
     spec = pod.get("spec") or {}
     return [
@@ -110,14 +118,20 @@ def _containers(pod: Mapping[str, Any]) -> _Containers:
     ]
 
 
+def vram_containers(pod: Mapping[str, Any], rules: VramRules) -> PodContainers | None:
+    """The pod's containers as `decide` reads them, when any names the VRAM resource; None otherwise. For a list
+    of pods: `asks_for_vram` and the containers `decide` takes, read once."""
+    containers = _containers(pod)
+    return containers if any(rules.resource in resources for *_, resources in containers) else None
+
+
 def _names_gpu(resource: str) -> bool:
     return resource == WHOLE_GPU_RESOURCE or resource.startswith(RESOURCE_PREFIX)
 
 
 def asks_for_vram(pod: Mapping[str, Any], rules: VramRules) -> bool:
     """Whether any container names the VRAM resource (a cheap test before `decide`, for a list of pods)."""
-    spec = pod.get("spec") or {}
-    return any(rules.resource in _resources(c) for key in ("containers", "initContainers") for c in spec.get(key) or [])
+    return vram_containers(pod, rules) is not None
 
 
 def vram_requests(pod: Mapping[str, Any], rules: VramRules) -> tuple[list[ContainerChoice], list[str]]:
@@ -127,7 +141,7 @@ def vram_requests(pod: Mapping[str, Any], rules: VramRules) -> tuple[list[Contai
     return _vram_requests(_containers(pod), rules)
 
 
-def _vram_requests(containers: _Containers, rules: VramRules) -> tuple[list[ContainerChoice], list[str]]:
+def _vram_requests(containers: PodContainers, rules: VramRules) -> tuple[list[ContainerChoice], list[str]]:
     asked: list[tuple[str, int, bool, str, int, bool]] = []  # (name, index, init, request, MiB, sidecar)
     problems: list[str] = []
     for init, i, c, resources in containers:
@@ -239,12 +253,14 @@ def decide(
     offers: Sequence[ModelOffer] | OfferIndex,
     rules: VramRules | None = None,
     namespace_labels: Mapping[str, str] | None = None,
+    containers: PodContainers | None = None,
 ) -> VramDecision:
     """What to do with one Pod object at creation (see the module docstring for the rules).
 
     `placement` is the pod as the planner reads it (only its selector, affinity and tolerations are used), or
     why the adapter could not read it (a pod that asks for VRAM is then rejected with that message). Pass
-    one `OfferIndex` for many pods: the decision for a pod of a kind it has seen is remembered."""
+    one `OfferIndex` for many pods: the decision for a pod of a kind it has seen is remembered; and the pod's
+    `vram_containers` when they were read already."""
     rules = rules or VramRules()
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -255,7 +271,7 @@ def decide(
         return _leave(f"the namespace is labelled {rules.opt_out_key}={rules.opt_out_value}")
     if spec.get("schedulerName") == rules.fallback_scheduler:
         return _leave(f"schedulerName: {rules.fallback_scheduler} (migctl's fallback places it on a non-MIG GPU)")
-    containers = _containers(pod)
+    containers = _containers(pod) if containers is None else containers
     if isinstance(placement, str) or not isinstance(offers, OfferIndex):
         return _decide(containers, placement, offers, rules)
     kind = _kind(containers, rules)  # a pod of a kind the index has seen costs its key and one look-up
@@ -267,24 +283,23 @@ def decide(
     return hit
 
 
-def _kind(containers: _Containers, rules: VramRules) -> tuple[object, ...] | None:
-    """What `_decide` reads of the containers, as a key (values with their types: `1` is not `true`); None
-    when something there cannot be a key (a list where a name belongs)."""
-    key: list[object] = []
-    for init, i, c, resources in containers:
-        name, raw = c.get("name"), resources.get(rules.resource)
-        restart = c.get("restartPolicy") if init else None
-        key += (init, i, name, type(name), restart, type(restart), tuple(resources), raw, type(raw))
-    out = tuple(key)
+def _kind(containers: PodContainers, rules: VramRules) -> bytes | None:
+    """What `_decide` reads of the containers, as a key: marshal's encoding, which writes each value with its
+    type (`1` is not `true`) and reads it back exactly, so equal keys are equal readings; None when something
+    there is not a plain value marshal can write."""
     try:
-        hash(out)
-    except TypeError:
+        return _dumps(
+            [
+                (init, i, c.get("name"), c.get("restartPolicy") if init else None, tuple(res), res.get(rules.resource))
+                for init, i, c, res in containers
+            ]
+        )
+    except ValueError:
         return None
-    return out
 
 
 def _decide(
-    containers: _Containers, placement: Pod | str, offers: Sequence[ModelOffer] | OfferIndex, rules: VramRules
+    containers: PodContainers, placement: Pod | str, offers: Sequence[ModelOffer] | OfferIndex, rules: VramRules
 ) -> VramDecision:
     named = sorted({r for *_, resources in containers for r in resources if _names_gpu(r)})
     if named:
@@ -318,17 +333,11 @@ def _choose(placement: Pod, wanted: list[ContainerChoice], index: OfferIndex, ru
     usable = [i for i, classes in enumerate(reach.classes) if classes]
     candidates: list[_Candidate] = []
     for i in usable:
-        model = index.offers[i].model
-        chosen: list[ContainerChoice] = []
-        for c in wanted:
-            served = _serve(model, c.shared_mib, rules.whole_gpu)
-            if served is None:
-                break
-            profile, mib = served
-            resource = WHOLE_GPU_RESOURCE if profile == WHOLE else resource_name(profile)
-            chosen.append(replace(c, profile=profile, resource=resource, instance_mib=mib))
-        else:
-            counts = tuple(sorted(_counts(chosen).items()))
+        key = ("served", i, tuple(wanted), rules)
+        served = index.recall(key, partial(_served, index.offers[i].model, wanted, rules))
+        assert isinstance(served, tuple)
+        if served:
+            chosen, counts = served
             best: tuple[Capacity, str] = ("none", "")
             for cls, node in reach.classes[i]:  # by node name: the first node of the best capacity is named
                 cap = index.capacity(i, cls, counts)
@@ -336,9 +345,9 @@ def _choose(placement: Pod, wanted: list[ContainerChoice], index: OfferIndex, ru
                     best = (cap, node)
                     if cap == "free":
                         break
-            candidates.append(_Candidate(i, model, tuple(chosen), *best))
+            candidates.append(_Candidate(i, index.offers[i].model, chosen, *best))
     if not candidates:
-        return VramDecision("reject", _too_large(wanted, [index.offers[i] for i in usable], rules))
+        return VramDecision("reject", too_large(wanted, [index.offers[i] for i in usable], rules))
 
     candidates.sort(key=lambda c: c.rank())
     top = candidates[0]
@@ -365,27 +374,17 @@ def _choose(placement: Pod, wanted: list[ContainerChoice], index: OfferIndex, ru
     )
 
 
-def _too_large(wanted: Sequence[ContainerChoice], offers: Sequence[ModelOffer], rules: VramRules) -> str:
-    largest = max(
-        ((p.memory_mib, p.name, o.model.id) for o in offers for p in o.model.base_profiles), default=(0, "", "")
-    )
-    biggest_gpu = max(((o.model.memory_mib, o.model.id) for o in offers), default=(0, ""))
-    reach = max(largest[0], biggest_gpu[0] if rules.whole_gpu else 0)
-    too_big = [c for c in wanted if c.request_mib > reach]
-    if too_big:
-        c = max(too_big, key=lambda c: c.request_mib)
-        text = (
-            f"{c.where} asks for {c.request} ({c.request_mib} MiB, {round_gib(c.request_mib)} GiB) of GPU memory "
-            f"({rules.resource}); the largest MIG instance on the GPUs in this cluster is {largest[1]} with "
-            f"{largest[0]} MiB ({round_gib(largest[0])} GiB, {largest[2]})"
-        )
-        if c.request_mib <= biggest_gpu[0]:
-            text += (
-                f"; a whole {biggest_gpu[1]} GPU ({biggest_gpu[0]} MiB) would hold it: request nvidia.com/gpu: 1, "
-                "or let migctl do it (webhook.whole_gpu: true)"
-            )
-        else:
-            text += f"; no single GPU here has that much memory (largest: {biggest_gpu[0]} MiB, {biggest_gpu[1]})"
-        return text + ". Ask for less, or split the work across app containers (each gets its own instance)."
-    # Not reached: serving is monotonic in the request, and an instance must hold only its largest request.
-    return f"no GPU model here can serve {', '.join(f'{c.name}: {c.request}' for c in wanted)}"
+def _served(
+    model: GpuModel, wanted: Sequence[ContainerChoice], rules: VramRules
+) -> tuple[tuple[ContainerChoice, ...], tuple[tuple[str, int], ...]] | tuple[()]:
+    """The containers served on `model` and the instances they hold, or () when one cannot be: the same for
+    every placement, so an index remembers it per model (`OfferIndex.recall`)."""
+    chosen = []
+    for c in wanted:
+        served = _serve(model, c.shared_mib, rules.whole_gpu)
+        if served is None:
+            return ()
+        profile, mib = served
+        resource = WHOLE_GPU_RESOURCE if profile == WHOLE else resource_name(profile)
+        chosen.append(replace(c, profile=profile, resource=resource, instance_mib=mib))
+    return tuple(chosen), tuple(sorted(_counts(chosen).items()))

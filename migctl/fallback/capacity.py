@@ -68,7 +68,7 @@ def node_units(gpus: NodeGpus, settings: FallbackSettings) -> int | None:
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata") or {}
-    return meta if isinstance(meta, Mapping) else {}
+    return meta if type(meta) is dict or isinstance(meta, Mapping) else {}  # a dict: no ABC check
 
 
 def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
@@ -183,8 +183,8 @@ def fallback_view(
         if obj.get("kind") != "Pod" or _meta(obj).get("deletionTimestamp"):
             continue
         spec, status = obj.get("spec"), obj.get("status")
-        spec = spec if isinstance(spec, Mapping) else {}
-        status = status if isinstance(status, Mapping) else {}
+        spec = spec if type(spec) is dict or isinstance(spec, Mapping) else {}  # a dict: no ABC check
+        status = status if type(status) is dict or isinstance(status, Mapping) else {}
         if status.get("phase") in TERMINAL:
             continue
         if spec.get("nodeName"):

@@ -72,3 +72,19 @@ def test_the_snapshot_is_the_same_with_and_without_replicas_read_once(catalog: C
     assert [p.name for p in snap.pods] == [f"p{i}" for i in range(5)]
     assert snap.rejected and snap.rejected[0][0] == "ns/x"
     assert all(p.gpu == snap.pods[0].gpu and p.requests == snap.pods[0].requests for p in snap.pods)
+
+
+def test_an_init_container_read_as_a_sidecar_only_when_its_restart_policy_says_so() -> None:
+    """The key holds each init container's restartPolicy: a sidecar (`Always`) adds to the app containers, a
+    plain init container only raises the peak, so the same resources read differently."""
+    plain, sidecar = pod("plain", {"cpu": "1"}), pod("sidecar", {"cpu": "1"})
+    for o, policy in ((plain, None), (sidecar, "Always")):
+        init: dict[str, Any] = {"name": "init", "resources": {"requests": {"cpu": "1"}}}
+        if policy:
+            init["restartPolicy"] = policy
+        o["spec"]["initContainers"] = [init]
+    shapes: Shapes = {}
+    got = _read([plain, sidecar], shapes)
+    assert got == _read([plain, sidecar], None)
+    assert [g[0].requests.cpu_m for g in got] == [1000, 2000]
+    assert len(shapes) == 2

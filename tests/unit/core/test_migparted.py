@@ -177,6 +177,17 @@ def test_json_and_yaml_forms_of_one_config_read_the_same() -> None:
     assert list(parse(flow, "flow").mig_configs) == ["a"]
 
 
+@pytest.mark.parametrize("other", ["1", "1.0", '"true"'])
+def test_a_json_entry_equal_to_a_valid_one_is_still_validated_as_itself(other: str) -> None:
+    """Entries spelled alike are validated once; `true == 1 == 1.0` in Python, but not to mig-parted's reader
+    (strict types): an entry written `1` is refused even after one written `true` was read."""
+    a, b = ('{"devices": [0], "mig-enabled": ' + v + ', "mig-devices": {"1g.10gb": 7}}' for v in ("true", other))
+    text = '{"version": "v1", "mig-configs": {"a": [' + a + '], "b": [' + b + "]}}"
+    cfg = parse(text, "typed")
+    assert list(cfg.mig_configs) == ["a"]
+    assert len(cfg.skipped) == 1 and cfg.skipped[0].startswith("mig-configs.b[0]")
+
+
 def test_json_config_nested_too_deep_is_refused() -> None:
     deep = '{"version": "v1", "mig-configs": {"a": [{"devices": ' + "[" * 40 + "]" * 40 + "}]}}"
     with pytest.raises(InputError, match="nested deeper than"):

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from migctl.adapters.pods import placement_from_object, pod_from_object
-from migctl.core import vram_offers
+from migctl.core import vram_offers, vram_request
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import GpuDemand, Node, Snapshot, Taint
 from migctl.core.demand import effective_requests, profiles_for, shared_instances
 from migctl.core.geometry import geometry
 from migctl.core.settings import PlannerSettings
 from migctl.core.vram_offers import NodeOffer, OfferIndex, gpus_needed, node_capacity, offers_from_snapshot
-from migctl.core.vram_request import VramDecision, decide
+from migctl.core.vram_request import VramDecision, asks_for_vram, decide, vram_containers
 from migctl.core.vram_rewrite import apply
 from tests.unit.builders import node
 
@@ -183,6 +183,56 @@ def test_nodes_in_one_capacity_state_are_one_class_and_pods_of_one_kind_one_deci
         assert (d.capacity, d.node) == ("free" if i % 2 else "plannable", "n000" if i % 2 else "m000")
     assert set(calls.values()) == {1}  # one placement signature: each node filtered once
     assert sum(capacity.values()) <= 4  # two pod kinds × two GPU classes
+
+
+def test_containers_read_once_decide_as_the_pod_read_anew() -> None:
+    """`vram_containers` is `asks_for_vram` and what `decide` reads: passing them gives the same decision."""
+    n1 = node("n1", "h100-80gb", [{"1g.10gb": 7}], labels=PRODUCT)
+    index = h100_nodes(n1)
+    pods = [
+        pod([c("m", "7Gi")]),
+        pod([c("m", None)]),
+        pod([c("m", "5Gi"), c("n", "30Gi")], [c("i", "70Gi")]),
+        pod([c("m", "7Gi")], [c("s", "4Gi", restartPolicy="Always")]),
+        pod([{"name": "m", "resources": {"limits": {"migctl.io/vram": "7Gi", "nvidia.com/gpu": 1}}}]),
+    ]
+    rules = vram_request.VramRules()
+    for p in pods:
+        containers = vram_containers(p, rules)
+        assert (containers is not None) == asks_for_vram(p, rules)
+        if containers is not None:
+            assert decide_on(p, index, containers=containers) == decide_on(p, h100_nodes(n1))
+
+
+@pytest.mark.parametrize("other", [True, 7.0, "7"])
+def test_pods_of_equal_but_differently_typed_requests_are_not_one_kind(other: Any) -> None:
+    """`7 == 7.0 == True` in Python: the kind's key holds the types, so each pod is decided as itself."""
+    n1 = node("n1", "h100-80gb", [{"1g.10gb": 7}], labels=PRODUCT)
+    index = h100_nodes(n1)
+    first = pod([{"name": "m", "resources": {"limits": {"migctl.io/vram": 1 if other is True else 7}}}])
+    second = pod([{"name": "m", "resources": {"limits": {"migctl.io/vram": other}}}])
+    decide_on(first, index)
+    assert decide_on(second, index) == decide_on(second, h100_nodes(n1))
+
+
+def test_a_models_serving_is_shared_by_placements_and_never_by_models() -> None:
+    """What a model serves a request with is remembered per model, for every placement that reaches it."""
+    a100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    index = OfferIndex(
+        offers_from_snapshot(
+            Snapshot(
+                (
+                    node("h", "h100-80gb", [{"1g.10gb": 7}], labels={**PRODUCT, "pool": "h"}),
+                    node("a", "a100-40gb", [{"1g.5gb": 7}], labels={**a100, "pool": "a"}),
+                ),
+                (),
+            )
+        )
+    )
+    on_h, on_a = pod([c("m", "4Gi")], nodeSelector={"pool": "h"}), pod([c("m", "4Gi")], nodeSelector={"pool": "a"})
+    assert (decide_on(on_h, index).model, decide_on(on_a, index).model) == ("h100-80gb", "a100-40gb")
+    assert [ch.profile for ch in decide_on(on_a, index).choices] == ["1g.5gb"]
+    assert [ch.profile for ch in decide_on(on_h, index).choices] == ["1g.10gb"]
 
 
 def test_the_planner_reads_a_vram_pod_as_its_instances() -> None:
