@@ -13,7 +13,6 @@ from typing import Literal
 
 from migctl.core.catalog import Card, GpuModel
 from migctl.core.migparted import GpuConfig
-from migctl.core.records import quick_init
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +119,6 @@ class GpuDemand:
         return f"{self.count}×{what}" if self.count > 1 else what
 
 
-@quick_init  # a snapshot makes one per pod: one assignment, not one object.__setattr__ per field
 @dataclass(frozen=True)
 class Pod:
     namespace: str
