@@ -15,7 +15,7 @@ from migctl.core.demand import WHOLE_GPU, need_mib
 from migctl.core.objective import NO_COST, Cost, Option, added, existing_cost, with_scarce
 from migctl.core.plan import Assignment
 from migctl.core.planner.index import Index
-from migctl.core.planner.state import Candidate, Entry, NodeState, Slot
+from migctl.core.planner.state import Candidate, Entry, ExistingRow, NodeState, Slot
 from migctl.core.planner.strategy import Balance, Scarcity
 
 # `balance-first`: the spread of a node's resource fractions left counts in steps of this many per mille.
@@ -99,6 +99,18 @@ class Greedy(Index):
             heappush(heap, e)
         return found
 
+    def _existing_rows(self, pod: Pod, demand: GpuDemand, sid: int, cid: int) -> list[ExistingRow]:
+        """The free-instance heaps a pod of signature `sid` and demand class `cid` reads, each with its choice's
+        costs, in the order `_place_single` tries them (kinds, then profiles); made once per pair. An empty
+        heap is made here for a choice nothing offers yet, so the row sees the entries `_index` pushes later."""
+        heaps = self.heaps
+        rows = self.existing_rows[(sid, cid)] = [
+            (heaps.setdefault((sid, kind, profile), []), kind, profile, mib, waste, share)
+            for kind in self.sig_kinds[sid]
+            for profile, mib, waste, share in self._choice_costs(cid, kind, pod, demand)
+        ]
+        return rows
+
     def _place_single(self, pod: Pod) -> bool:
         """Place a pod of one GPU unit at its cheapest option (`_cost`, then GPU order); False if none."""
         demand = pod.gpu[0]
@@ -108,13 +120,12 @@ class Greedy(Index):
         protects = self._protect_kinds(pod)
         balanced = self.strategy.balance is not None
         req = pod.requests
-        heaps = self.heaps
         best: Candidate | None = None
-        for kind in self.sig_kinds[sid]:
-            for profile, mib, waste, share in self._choice_costs(cid, kind, pod, demand):
-                heap = heaps.get((sid, kind, profile))
-                if not heap:
-                    continue
+        rows = self.existing_rows.get((sid, cid))
+        if rows is None:
+            rows = self._existing_rows(pod, demand, sid, cid)
+        for heap, kind, profile, mib, waste, share in rows:
+            if heap:
                 neg_useful, _order, _seq, version, slot = heap[0]
                 free = slot.node.free
                 if (

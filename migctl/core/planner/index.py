@@ -76,6 +76,9 @@ class Index(PlanState):
                 if heap is None:
                     heaps[(sid, kind, profile)] = [entry]
                     continue
+                if not heap:  # made empty for a pod's reading (`Greedy._existing_rows`): keep the list
+                    heap.append(entry)
+                    continue
                 _, _, _, version, top = heap[0]
                 if version != top.version or top.changed:
                     heapreplace(heap, entry)  # a stale entry on top (often the slot's own: it just won) goes

@@ -85,6 +85,8 @@ def state_key(slot: Slot) -> tuple[object, ...]:
 BY_ORDER = attrgetter("order")  # views keep their GPUs in this order
 # A candidate: (cost, GPU order, slot, profile, instance MiB, option)
 Candidate = tuple[Cost, float, "Slot", str, int, Option]
+# What a pod reads of one free-instance heap: (heap, GPU kind, profile, instance MiB, waste, scarce-kind term)
+ExistingRow = tuple[list["Entry"], str, str, int, int, int]
 
 
 class PlanState:
@@ -132,6 +134,7 @@ class PlanState:
         self.grow_memo: dict[int, bool] = {}
         self.as_is_memo: dict[tuple[int, bool], Option] = {}
         self.unit_memo: dict[int, dict[int, Candidate | None]] = {}  # demand class -> state id -> option
+        self.existing_rows: dict[tuple[int, int], list[ExistingRow]] = {}  # (signature, demand class) -> rows
         self.unit_rank: dict[int, list[tuple[Cost, int]]] = {}  # demand class -> (cost, state id), cheapest first
         self.choice_cost_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
