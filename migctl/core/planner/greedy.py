@@ -45,6 +45,8 @@ class Greedy(Index):
             if best is None or (cost, profile) < (best[0], best[3]):
                 best = (cost, 0.0, slot, profile, mib, opt)
         memo[kid] = best
+        if best is not None:  # every state costed for the class is ranked, whichever scan met it first
+            insort(self.unit_rank.setdefault(cid, []), (best[0], kid))
         return best
 
     def _unit_cost(self, pod: Pod, demand: GpuDemand, slot: Slot) -> Candidate | None:
@@ -202,10 +204,8 @@ class Greedy(Index):
         view = self.views[sid]
         memo = self.unit_memo.setdefault(cid, {})
         ranked = self.unit_rank.setdefault(cid, [])
-        for kid in view.keys() - memo.keys():  # states this class has not met yet
-            unit = self._reconf_unit(pod, demand, view[kid][0], kid, cid)
-            if unit is not None:
-                insort(ranked, (unit[0], kid))
+        for kid in view.keys() - memo.keys():  # states this class has not met yet: costed and ranked
+            self._reconf_unit(pod, demand, view[kid][0], kid, cid)
         for cost, kid in ranked:
             if best is not None and cost > best[0]:
                 break

@@ -7,11 +7,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bench.instances import scale_instance
+from bench.instances import scale_instance, subset
 from migctl.core.cluster import GpuDemand, Pod, Snapshot
+from migctl.core.forecast import forecast
 from migctl.core.planner import plan
 from migctl.core.planner.greedy import Greedy
+from migctl.core.planner.passes import Planner
 from migctl.core.planner.state import Candidate
+from migctl.core.planner.strategy import STRATEGIES, Strategy
+from migctl.core.settings import PlannerSettings
 from tests.unit.builders import CATALOG
 from tests.unit.core.test_planner_properties import snapshots
 
@@ -40,4 +44,22 @@ def test_the_cheapest_state_first_scan_makes_the_plans_of_trying_every_state(sna
 def test_the_same_plan_on_a_scale_instance() -> None:
     snap = scale_instance(CATALOG, nodes=24, pods=400).snapshot(CATALOG)
     fast, slow = _both(snap)
+    assert fast == slow
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_the_same_pass_under_every_strategy(strategy: Strategy) -> None:
+    """One pass per strategy: under the scarcity ones, pods that fit several GPU kinds take every state's cost
+    (`_reshape_each`) and the others scan (`_reshape_cheapest`) in the same pass, sharing its memo of costs (a
+    state costed by the first and missing from the second's ranking once changed this prefix's plan)."""
+    snap = subset(scale_instance(CATALOG, nodes=1000, pods=10_000), 32, 320).snapshot(CATALOG)  # bench.compare's
+    demand = forecast(snap, PlannerSettings())
+
+    def one_pass() -> dict[str, object]:
+        return Planner(snap, PlannerSettings(), strategy, shapes={}, completions={}, demand=demand).run().to_dict()
+
+    fast = one_pass()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Greedy, "_reshape_cheapest", _every_state)
+        slow = one_pass()
     assert fast == slow
