@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from heapq import heappop, heappush
 
 from migctl.core import objective
-from migctl.core.cluster import GpuDemand, Pod
+from migctl.core.cluster import GpuDemand, Pod, Resources
 from migctl.core.demand import WHOLE_GPU, need_mib
 from migctl.core.objective import NO_COST, Cost, Option, added, existing_cost, with_scarce
 from migctl.core.plan import Assignment
@@ -184,13 +184,7 @@ class Greedy(Index):
                         if best is None or c[:2] < best[:2]:
                             best = c
                 continue
-            limit = best[1] if best is not None and unit[0] == best[0] else _NO_LIMIT
-            for s in slots:
-                if s.order > limit:
-                    break
-                if req.fits_in(s.node.free):
-                    best = (unit[0], s.order, s, unit[3], unit[4], unit[5])
-                    break
+            best = _first_fit(req, slots, unit, best)
         return best
 
     def _reshape_cheapest(
@@ -212,15 +206,9 @@ class Greedy(Index):
             slots = view.get(kid)
             if slots is None:
                 continue
-            limit = best[1] if best is not None and cost == best[0] else _NO_LIMIT
-            for s in slots:
-                if s.order > limit:
-                    break
-                if req.fits_in(s.node.free):
-                    unit = memo[kid]
-                    assert unit is not None
-                    best = (cost, s.order, s, unit[3], unit[4], unit[5])
-                    break
+            unit = memo[kid]
+            assert unit is not None
+            best = _first_fit(req, slots, unit, best)
         return best
 
     def _tilted(self, cost: Cost, pod: Pod, slot: Slot, profile: str, mib: int, opt: Option) -> Candidate:
@@ -352,3 +340,15 @@ class Greedy(Index):
         self.assignments.append(
             Assignment(pod.key, ns.node.name, slot.index, profile, mib, need_mib(demand, mib, pod.need_mib))
         )
+
+
+def _first_fit(req: Resources, slots: list[Slot], unit: Candidate, best: Candidate | None) -> Candidate | None:
+    """`best`, or the first GPU of one state (`slots`, in GPU order) where the pod fits at `unit`'s cost, when
+    that ranks lower by (cost, GPU order): the one rule both reshaping scans apply to a state."""
+    limit = best[1] if best is not None and unit[0] == best[0] else _NO_LIMIT
+    for s in slots:
+        if s.order > limit:
+            break
+        if req.fits_in(s.node.free):
+            return (unit[0], s.order, s, unit[3], unit[4], unit[5])
+    return best
