@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from migctl.core.catalog import GpuModel
 from migctl.core.cluster import Gpu, Node, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
-from migctl.core.forecast import Forecast
+from migctl.core.forecast import DemandClass, Forecast
 from migctl.core.geometry import canonical, geometry
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan
 from migctl.core.settings import PlannerSettings
-from migctl.core.spare import Completions
+from migctl.core.spare import Completions, pour
 
 
 @dataclass
@@ -69,8 +69,14 @@ def groups(result: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: 
         # pre-shaping bets a pause on the forecast: only once it rests on half a window of pods
         sure = mf is not None and mf.evidence >= settings.forecast_half_life_pods / 2
         group = ModelGroup(model, base, {c.key: n * len(members) for c, n in base.want})
+        gpus: dict[str, dict[int, Gpu]] = {}
         for node, gp in members:
-            gpu = next((g for g in node.gpus if g.index == gp.index), None)
+            on_node = gpus.get(node.name)
+            if on_node is None:
+                on_node = gpus[node.name] = {}
+                for g in node.gpus:
+                    on_node.setdefault(g.index, g)  # the first of an index, as the plan reads it
+            gpu = on_node.get(gp.index)
             if gp.changed:
                 group.reshaped.append((node, gp))
             elif (
@@ -122,8 +128,11 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
             if new.target.mig_enabled:
                 want = comp.residual(new.target.layout)
         for node, gp, price in group.idle:
+            if price is None:  # kept as it is: only what it serves of the demand matters, no memos needed
+                want = pour(_quantized(base, want), gp.target.layout, base.pod_mib)[1]
+                continue
             comp = _at(base, cache, want)
-            new = gp if price is None else _preshape(gp, comp, price)
+            new = _preshape(gp, comp, price)
             gpus[(node.name, gp.index)] = new
             want = comp.residual(new.target.layout)
     node_plans = tuple(NodePlan(n.name, tuple(gpus[(n.name, g.index)] for g in n.gpus)) for n in result.nodes)
@@ -137,6 +146,12 @@ def _at(base: Completions, cache: dict[tuple[int, ...], Completions], want: dict
     if hit is None:
         hit = cache[q] = base.with_want({c.key: n / 8 for (c, _), n in zip(base.want, q, strict=True)})
     return hit
+
+
+def _quantized(base: Completions, want: dict[object, float]) -> tuple[tuple[DemandClass, float], ...]:
+    """`want` as `_at(base, ..., want).want` holds it (eighths of a pod, in `base`'s class order), for a GPU that
+    only passes the demand on."""
+    return tuple((c, round(want.get(c.key, 0.0) * 8) / 8) for c, _ in base.want)
 
 
 def requests(

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from migctl.core.migparted import GpuConfig, NodeConfig, config_name
@@ -50,8 +51,9 @@ class GpuPlan:
     unusable_mib_before: int
     unusable_mib_after: int
 
-    @property
+    @cached_property
     def changed(self) -> bool:
+        """Read for every GPU by the result, the forecast term and the writers: compared once."""
         return self.current != self.target
 
 

@@ -35,6 +35,9 @@ _Memos = tuple[
     dict[Layout, int],
     dict[tuple[Request, ...], tuple[Layout, tuple[str, ...]] | None],
 ]
+# what one layout gives requests of known profiles (`Completions._serving`): (layout, unusable MiB, instance per
+# request, instances left)
+_Serving = tuple[Layout, int, tuple[str, ...], dict[str, int]]
 # usefulness packs (served MiB, squared GiB) into one int, served first
 _SQ_BITS = 24
 
@@ -57,6 +60,8 @@ class Completions:
         self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
         self._served: dict[Layout, int] = {}
         self._regroup: dict[tuple[Request, ...], tuple[Layout, tuple[str, ...]] | None] = {}
+        # `_serving`, shared by every `with_want` copy (it does not depend on the want)
+        self._serves: dict[tuple[tuple[str, ...], ...], list[_Serving]] = {}
         self._takes: dict[tuple[tuple[str, int], ...], list[tuple[str, int]]] = {}
         self._served_by_cap: dict[tuple[tuple[str, int], ...], list[tuple[str, int | None]]] = {}
         # `with_want`'s copies share memos by their want capped at a GPU's instances
@@ -211,42 +216,67 @@ class Completions:
         if key in self._regroup:
             return self._regroup[key]
         found: tuple[tuple[int, int, int, Layout], Layout, tuple[str, ...]] | None = None
-        taken = {n for accepts, _ in reqs for n in accepts}
-        for layout, have, unusable, variants in self._layouts:
-            if not variants <= taken:
-                continue  # a media variant no request can take would be left spare: `match` rejects it anyway
-            matched = match(self.geo, have, variants, reqs)
-            if matched is None:
-                continue
-            got, waste, left = matched
-            rank = (-self.served_of(layout), waste + unusable, -self._squares(left), layout)
+        for layout, unusable, got, left in self._serving(tuple(accepts for accepts, _ in reqs)):
+            rank = (-self.served_of(layout), _waste(self.geo, got, reqs) + unusable, -self._squares(left), layout)
             if found is None or rank < found[0]:
                 found = (rank, layout, got)
         result = None if found is None else (found[1], found[2])
         self._regroup[key] = result
         return result
 
+    def _serving(self, accepts: tuple[tuple[str, ...], ...]) -> list[_Serving]:
+        """`_Serving` of every layout that serves requests accepting `accepts` (`assign`). It depends on neither
+        the needs nor the want, so it is memoised for every copy of the model (`with_want`): a few dozen request
+        lists recur over a thousand reshaped GPUs, and most layouts fail them."""
+        hit = self._serves.get(accepts)
+        if hit is None:
+            hit = self._serves[accepts] = []
+            taken = {n for names in accepts for n in names}
+            for layout, have, unusable, variants in self._layouts:
+                if not variants <= taken:
+                    continue  # a media variant no request can take would be left spare: `assign` rejects it anyway
+                assigned = assign(have, variants, accepts)
+                if assigned is not None:
+                    hit.append((layout, unusable, *assigned))
+        return hit
+
 
 def match(
     geo: ModelGeometry, have: Mapping[str, int], variants: set[str], reqs: tuple[tuple[tuple[str, ...], int], ...]
 ) -> tuple[tuple[str, ...], int, dict[str, int]] | None:
-    """Requests `reqs` (as `Completions.regroup` takes them) served by the instances `have` of one layout, each
-    taking the first instance it accepts: (instance per request, their waste MiB, instances left), or None when
-    they do not all fit or the layout pads with media variants (`variants`) nobody asked for. The forecast's
-    exact model (`migctl/core/exact/forecast_model.py`) serves a reshaped GPU's pods the same way."""
+    """Requests `reqs` (as `Completions.regroup` takes them) served by the instances `have` of one layout
+    (`assign`): (instance per request, their waste MiB, instances left), or None. The forecast's exact model
+    (`migctl/core/exact/forecast_model.py`) serves a reshaped GPU's pods the same way."""
+    assigned = assign(have, variants, tuple(accepts for accepts, _ in reqs))
+    if assigned is None:
+        return None
+    got, left = assigned
+    return got, _waste(geo, got, reqs), left
+
+
+def assign(
+    have: Mapping[str, int], variants: set[str], accepts: tuple[tuple[str, ...], ...]
+) -> tuple[tuple[str, ...], dict[str, int]] | None:
+    """Requests accepting `accepts` (profiles, smallest first, each) served by the instances `have` of one layout,
+    each taking the first instance it accepts: (instance per request, instances left), or None when they do not
+    all fit or the layout pads with media variants (`variants`) nobody asked for."""
     left = dict(have)
     got: list[str] = []
-    for accepts, _need in reqs:
-        pick = next((n for n in accepts if left.get(n, 0) > 0), None)
+    for names in accepts:
+        pick = next((n for n in names if left.get(n, 0) > 0), None)
         if pick is None:
             return None
         left[pick] -= 1
         got.append(pick)
     if any(left.get(n, 0) > 0 for n in variants):
         return None
+    return tuple(got), left
+
+
+def _waste(geo: ModelGeometry, got: tuple[str, ...], reqs: tuple[Request, ...]) -> int:
+    """MiB the instances `got` give the requests beyond their real needs."""
     mib = geo.profiles
-    waste = sum(mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs, strict=True))
-    return tuple(got), waste, left
+    return sum(mib[n].memory_mib - min(need, mib[n].memory_mib) for n, (_, need) in zip(got, reqs, strict=True))
 
 
 def _room(want: tuple[tuple[DemandClass, float], ...]) -> dict[str, int]:

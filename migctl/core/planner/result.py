@@ -75,10 +75,11 @@ class Results(Explain):
 
     def _running_waste(self) -> int:
         total = 0
+        nodes = {ns.node.name: ns.node for ns in reversed(self.nodes)}  # the first of a name, as the nodes list it
         for pod in self.snapshot.pods:
             if pod.node is None or pod.need_mib is None:
                 continue
-            node = next((n.node for n in self.nodes if n.node.name == pod.node), None)
+            node = nodes.get(pod.node)
             if node is None or node.model is None:
                 continue
             for d in pod.gpu:

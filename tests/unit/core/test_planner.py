@@ -179,6 +179,21 @@ def test_profile_pod_with_annotation_counts_its_real_waste() -> None:
     assert result["summary"]["internal_waste_mib"] == CATALOG.model("a100-40gb").profile("1g.5gb").memory_mib - 3072  # type: ignore[index]
 
 
+def test_running_pods_with_annotations_count_their_waste_on_their_own_node() -> None:
+    """Stranded-before counts the running pods' waste, each against its own node's model (two models here)."""
+    a40, h100 = CATALOG.model("a100-40gb"), CATALOG.model("h100-80gb")
+    nodes = [node("a", "a100-40gb", [{"1g.5gb": 7}], [{"1g.5gb": 1}]), node("h", "h100-80gb", [{"1g.10gb": 7}])]
+    running = [
+        Pod("ns", "on-a", gpu=mig("x", "1g.5gb").gpu, node="a", need_mib=1024),
+        Pod("ns", "on-h", gpu=mig("y", "1g.10gb").gpu, node="h", need_mib=2048),
+        Pod("ns", "elsewhere", gpu=mig("z", "1g.10gb").gpu, node="gone", need_mib=2048),
+    ]
+    quiet = run(nodes, [])["summary"]["stranded_mib_before"]  # type: ignore[index]
+    result = run(nodes, running)
+    waste = a40.profile("1g.5gb").memory_mib - 1024 + h100.profile("1g.10gb").memory_mib - 2048
+    assert result["summary"]["stranded_mib_before"] == quiet + waste  # type: ignore[index]
+
+
 def test_multi_instance_pod_lands_on_one_node() -> None:
     n1 = node("n1", "h100-80gb", [{"7g.80gb": 1}])
     n2 = node("n2", "h100-80gb", [{"7g.80gb": 1}, {"7g.80gb": 1}])

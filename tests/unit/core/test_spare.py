@@ -84,3 +84,33 @@ def test_wants_alike_once_capped_share_memos_and_nothing_else(
     pool = {n: 3 * cap for n in PLAIN}  # more instances than a GPU holds: never answered from the family
     assert b.served(pool) == _served(b, pool)
     assert a.served(pool) == _served(a, pool)
+
+
+needs = st.lists(st.lists(st.integers(1, 80), min_size=1, max_size=7), min_size=2, max_size=5)
+
+
+def _reqs(gib: list[int], shift: int) -> tuple[tuple[tuple[str, ...], int], ...]:
+    """VRAM requests as `regroup` takes them, largest first: the plain profiles that hold each, smallest first,
+    and a real need `shift` MiB below the request."""
+    out = []
+    for g in sorted(gib, reverse=True):
+        fits = sorted((GEO.profiles[n].memory_mib, n) for n in PLAIN if GEO.profiles[n].memory_mib >= g * 1024)
+        if fits:
+            out.append((tuple(n for _, n in fits), max(1, g * 1024 - shift)))
+    return tuple(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(history, needs, st.integers(0, 9000), st.lists(st.floats(0, 12, allow_nan=False), min_size=12, max_size=12))
+def test_regroups_answered_from_shared_memos_are_fresh_ones(
+    reqs: list[tuple[str, object]], gpus: list[list[int]], shift: int, pods: list[float]
+) -> None:
+    """Which layouts serve which requests is memoised across wants and needs (`_serving`): GPU after GPU, each
+    regrouped by a copy with its own want and needs, as `for_the_forecast` does, gets what fresh memos give. With
+    no demand left the least stranded decides alone."""
+    base = _completions(reqs)
+    want: dict[object, float] = {c.key: round(n * 8) / 8 for (c, _), n in zip(base.want, pods, strict=False)}
+    for i, gib in enumerate(gpus):
+        w = want if i % 2 else {k: 0.0 for k in want}
+        got = base.with_want(w).regroup(_reqs(gib, shift * i))
+        assert got == Completions(GEO, base.demand, want=w).regroup(_reqs(gib, shift * i))
