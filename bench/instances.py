@@ -55,6 +55,7 @@ GIB = 2**30
 MIB = 2**20
 MIXED = ("a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb")
 POOL_LABEL = "migctl.bench/pool"
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # every node carries its name here, as the kubelet sets it
 TAINT = ("dedicated", "training")
 # fmt: off
 VRAM_GIB = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 16, 18, 19, 20, 24, 30, 32, 35, 38, 39, 40, 45, 60, 70, 75, 79, 80,
@@ -281,7 +282,7 @@ class Instance:
 
 def _labels(ns: NodeSpec, model: GpuModel) -> dict[str, str]:
     return {
-        "kubernetes.io/hostname": ns.name,
+        HOSTNAME_LABEL: ns.name,
         "nvidia.com/gpu.product": model.gfd_products[0],
         "nvidia.com/gpu.count": str(len(ns.gpus)),
         POOL_LABEL: ns.pool,

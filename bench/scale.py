@@ -9,8 +9,9 @@ A `plan()` slower than 5 s is timed once. The headline is plan / parse (goal <= 
 100-node prefix, that the directly built snapshot plans to the same objective as the adapter's; computes a lower
 bound on stranded MiB (see `stranded_lower_bound`); and runs the exact solver on growing prefixes of the instance
 (8 GPUs per node, 10 pods per node) until it no longer proves optimality within the time limit, reporting
-planner time / exact time on the largest one it solved; and times `plan()` on an overloaded prefix (a fifth of the
-nodes, 20 pods per node), where every pass of the portfolio runs.
+planner time / exact time on the largest one it solved; times `plan()` on an overloaded prefix (a fifth of the
+nodes, 20 pods per node), where every pass of the portfolio runs; and `plan()` of the instance with its pods each
+pinned to one node by hostname against the same pods unpinned (`pinned`).
 
 The dry run as a user runs it: `migctl plan --snapshot FILE -o json` as a whole process (interpreter start,
 imports, the objects read once, the plan, the fallback and VRAM sections, the JSON written) against
@@ -38,10 +39,11 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from bench import exact
-from bench.instances import Instance, scale_instance, subset
+from bench.instances import HOSTNAME_LABEL, Instance, scale_instance, subset
 from bench.quality import tiers_of
 from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import snapshot_from_objects
@@ -183,6 +185,31 @@ def overloaded(instance: Instance, catalog: Catalog, nodes: int, pods: int) -> d
     }
 
 
+def pinned(instance: Instance, catalog: Catalog, nodes: int, pods: int) -> dict[str, Any]:
+    """A prefix whose pending pods each name one node by hostname, as per-node jobs and pinned replicas do: each
+    pod the unpinned plan places is pinned to the node it gives it (so a plan placing them all exists, and the
+    pass is timed, not the portfolio that left-out pods start), the others keep their selectors. `plan()` of it
+    against `plan()` of the same pods unpinned, in the same run. Every pinned node is a placement signature of its
+    own; the nodes a signature may use come from a label index (`NodeIndex`), not from a check of every node."""
+    sub = subset(instance, nodes, pods)
+    plain = snapshot_from_objects(sub.objects(catalog), catalog)
+    plain_s, plain_plan = best_of(lambda: plan(plain), 1)
+    on = {a.pod.split("/", 1)[1]: a.node for a in plain_plan.assignments}
+    pins = tuple(replace(p, selector=((HOSTNAME_LABEL, on[p.name]),)) if p.name in on else p for p in sub.pods)
+    pinned_snap = snapshot_from_objects(replace(sub, pods=pins).objects(catalog), catalog)
+    pinned_s, pinned_plan = best_of(lambda: plan(pinned_snap), 1)
+    return {
+        "nodes": nodes,
+        "pending_pods": len(pinned_snap.pending),
+        "signatures": len({signature(p) for p in pinned_snap.pending}),
+        "unpinned_plan_s": plain_s,
+        "pinned_plan_s": pinned_s,
+        "pinned_over_unpinned": pinned_s / plain_s,
+        "unpinned_placed": plain_plan.summary.pods_placed,
+        "pinned_placed": pinned_plan.summary.pods_placed,
+    }
+
+
 def _process_s(argv: list[str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one whole process: on a shared machine the CPU time is
     the steadier of the two."""
@@ -318,6 +345,7 @@ def run(
         "model_kinds": dict(Counter(n.model for n in inst.nodes)),
         "exact_ladder": exact_ladder(inst, catalog, ladder, exact_time_limit, repeats),
         "overloaded": overloaded(inst, catalog, max(1, nodes // 5), 4 * pods // 10),
+        "pinned": pinned(inst, catalog, nodes, pods),
     }
     if profile:
         prefix = subset(inst, min(nodes, 200), min(pods, 2000))

@@ -12,7 +12,7 @@ from migctl.core.demand import need_mib, profiles_for
 from migctl.core.exact.model import class_key, in_scope
 from migctl.core.exact.state import _State
 from migctl.core.geometry import geometry
-from migctl.core.placement import signature, static_misfit
+from migctl.core.placement import NodeIndex, signature
 
 
 def part_pods(state: _State, group: set[str], near: dict[str, list[Pod]], pods: dict[str, Pod], cap: int) -> list[Pod]:
@@ -46,6 +46,7 @@ def reach_of(left: list[Pod], nodes: list[Node], classes: int) -> dict[str, froz
     out: dict[str, frozenset[str]] = {}
     memo: dict[tuple[object, ...], frozenset[str]] = {}
     static: dict[tuple[object, ...], list[Node]] = {}
+    index = NodeIndex(nodes)
     free = {n.name: n.free for n in nodes}
     for pod in left:
         key = (signature(pod), pod.gpu, pod.requests)
@@ -56,7 +57,7 @@ def reach_of(left: list[Pod], nodes: list[Node], classes: int) -> dict[str, froz
             sig = signature(pod)
             fits = static.get(sig)
             if fits is None:
-                fits = static[sig] = [n for n in nodes if static_misfit(pod, n) is None]
+                fits = static[sig] = [nodes[i] for i in index.fitting(pod)]
             serves: dict[str, bool] = {}
             names = []
             for n in fits:

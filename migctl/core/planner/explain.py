@@ -7,7 +7,7 @@ from collections import Counter
 
 from migctl.core.cluster import Pod
 from migctl.core.demand import WHOLE_GPU
-from migctl.core.placement import static_misfit, tally
+from migctl.core.placement import tally
 from migctl.core.plan import Unplaced
 from migctl.core.planner.evictions import Evictions
 from migctl.core.planner.state import NodeState
@@ -60,13 +60,11 @@ class Explain(Evictions):
         if hit is None:
             static = self.static_memo.get(sid)
             if static is None:  # selectors and taints: per signature, whatever the GPU request
-                static = self.static_memo[sid] = (Counter(), {})
-                for ns in self.nodes:
-                    why = static_misfit(pod, ns.node)
-                    if why:
-                        static[0][why] += 1
-                    else:
-                        static[1].setdefault(frozenset(sl.kind for sl in ns.slots), []).append(ns)
+                reasons, fitting = self.node_index.misfits(pod)
+                static = self.static_memo[sid] = (reasons, {})
+                for i in fitting:
+                    ns = self.nodes[i]
+                    static[1].setdefault(frozenset(sl.kind for sl in ns.slots), []).append(ns)
             fixed = Counter(static[0])
             left: list[NodeState] = []
             for kinds, nodes in static[1].items():

@@ -12,7 +12,7 @@ from migctl.core.cluster import GpuDemand, Pod
 from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
 from migctl.core.geometry import canonical
 from migctl.core.objective import Option
-from migctl.core.placement import signature, static_misfit
+from migctl.core.placement import signature
 from migctl.core.planner.state import BY_ORDER, Entry, PlanState, Slot, state_key
 
 
@@ -31,7 +31,7 @@ class Index(PlanState):
             return found
         sid = len(self.sig_nodes)
         self.sig_ids[sig] = self.pod_sids[pod.key] = sid
-        fitting = [ns for ns in self.nodes if static_misfit(pod, ns.node) is None]
+        fitting = [self.nodes[i] for i in self.node_index.fitting(pod)]
         self.sig_nodes.append(fitting)
         self.sig_kinds.append(sorted({s.kind for ns in fitting for s in ns.slots}))
         self.views.append({})

@@ -20,6 +20,7 @@ from migctl.core.forecast import Forecast, forecast
 from migctl.core.geometry import CanonicalLayout, geometry
 from migctl.core.migparted import GpuConfig
 from migctl.core.objective import Cost, Option
+from migctl.core.placement import NodeIndex
 from migctl.core.plan import Assignment, Eviction
 from migctl.core.planner.strategy import STRANDED_FIRST, Strategy
 from migctl.core.planner.strategy import strategy as strategy_of
@@ -199,3 +200,4 @@ class PlanState:
             self.nodes.append(ns)
             self.slots.extend(ns.slots)
         self.order_span = order + 1
+        self.node_index = NodeIndex([ns.node for ns in self.nodes])  # which nodes a signature may use, and why not
