@@ -11,7 +11,8 @@ bound on stranded MiB (see `stranded_lower_bound`); and runs the exact solver on
 (8 GPUs per node, 10 pods per node) until it no longer proves optimality within the time limit, reporting
 planner time / exact time on the largest one it solved; times `plan()` on an overloaded prefix (a fifth of the
 nodes, 20 pods per node), where every pass of the portfolio runs; and `plan()` of the instance with its pods each
-pinned to one node by hostname against the same pods unpinned (`pinned`).
+pinned to one node by hostname against the same pods unpinned (`pinned`); and the fallback's per-GPU fit of the
+instance without MIG against the parse of its objects (`fallback`).
 
 The dry run as a user runs it: `migctl plan --snapshot FILE -o json` as a whole process (interpreter start,
 imports, the objects read once, the plan, the fallback and VRAM sections, the JSON written) against
@@ -47,12 +48,17 @@ from bench.instances import HOSTNAME_LABEL, Instance, scale_instance, subset
 from bench.quality import tiers_of
 from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import snapshot_from_objects
+from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Node, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
 from migctl.core.migparted import forget_parsed
 from migctl.core.placement import signature, static_misfit
 from migctl.core.planner import plan
+from migctl.core.settings import PlannerSettings
+from migctl.core.vram_fit import report
+from migctl.fallback.capacity import fallback_view
+from migctl.wire.names import VRAM as VRAM_RESOURCE
 
 T = TypeVar("T")
 
@@ -210,6 +216,58 @@ def pinned(instance: Instance, catalog: Catalog, nodes: int, pods: int) -> dict[
     }
 
 
+def without_mig(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The instance's objects as a cluster without MIG: every node an 8-GPU L4 node as GFD labels it, every
+    pending pod a `schedulerName: migctl` pod of the fallback asking for its VRAM in `migctl.io/vram` (6 GiB where
+    it asked for a MIG profile); the running pods are dropped (their MIG instances are gone)."""
+    out: list[dict[str, Any]] = []
+    for o in json.loads(json.dumps(objects)):
+        if o.get("kind") == "Node":
+            labels = o["metadata"]["labels"]
+            for k in [k for k in labels if k.startswith("nvidia.com/mig")]:
+                del labels[k]
+            labels.update({"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034"})
+            for part in ("capacity", "allocatable"):
+                res = o["status"][part]
+                for k in [k for k in res if k.startswith("nvidia.com/")]:
+                    del res[k]
+                res["nvidia.com/gpu"] = labels["nvidia.com/gpu.count"]
+        elif o.get("kind") == "Pod":
+            if o["spec"].get("nodeName"):
+                continue
+            o["spec"]["schedulerName"] = "migctl"
+            for c in o["spec"]["containers"]:
+                limits = c["resources"].setdefault("limits", {})
+                vram = limits.get(VRAM_RESOURCE, "6Gi")
+                c["resources"]["limits"] = {k: v for k, v in limits.items() if not k.startswith("nvidia.com/")}
+                c["resources"]["limits"][VRAM_RESOURCE] = c["resources"].setdefault("requests", {})[VRAM_RESOURCE] = (
+                    vram
+                )
+        out.append(o)
+    return out
+
+
+def fallback(objects: list[dict[str, Any]], catalog: Catalog) -> dict[str, Any]:
+    """The fallback's best fit on the instance without MIG (`without_mig`): the view and the per-GPU fit with
+    its report, as `migctl plan` shows it, against `json.loads` of those objects' text, in the same run. The fit
+    reads a few GPUs per pod from lists sorted per placement signature (`core/vram_board.py`), not every GPU."""
+    objs = without_mig(objects)
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+    parse_s, _ = best_of(lambda: json.loads(text), 3)
+    settings = FallbackSettings()
+    view_s, view = best_of(lambda: fallback_view(objs, catalog, settings, PlannerSettings()), 1)
+    fit_s, rep = best_of(lambda: report(view.nodes, view.pods, settings.resource, settings.unit_bytes), 1)
+    return {
+        "nodes": len(rep["nodes"]),
+        "pending_pods": rep["pending_pods"],
+        "pods_placed": rep["pods_placed"],
+        "parse_s": parse_s,
+        "view_s": view_s,
+        "fit_s": fit_s,
+        "fit_over_parse": fit_s / parse_s,
+    }
+
+
 def _process_s(argv: list[str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one whole process: on a shared machine the CPU time is
     the steadier of the two."""
@@ -346,6 +404,7 @@ def run(
         "exact_ladder": exact_ladder(inst, catalog, ladder, exact_time_limit, repeats),
         "overloaded": overloaded(inst, catalog, max(1, nodes // 5), 4 * pods // 10),
         "pinned": pinned(inst, catalog, nodes, pods),
+        "fallback": fallback(objects, catalog),
     }
     if profile:
         prefix = subset(inst, min(nodes, 200), min(pods, 2000))

@@ -11,13 +11,13 @@ and the kube-scheduler accounts it, so rounding never disagrees between here and
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from migctl.core.cluster import Node, Pod, Resources
-from migctl.core.placement import static_misfit, tally
+from migctl.core.cluster import Node, Pod
+from migctl.core.placement import tally
+from migctl.core.vram_board import Board
 from migctl.wire import names
 
 GPU_INDEX_ANNOTATION = names.GPU_INDEX
@@ -95,9 +95,8 @@ def _order(p: VramPod) -> tuple[int, int, str, str]:
 
 
 def fit(nodes: Sequence[VramNode], pods: Sequence[VramPod], unit_bytes: int = 1) -> VramFit:
-    """Place pods (highest priority, then largest, first) on the GPU that leaves the least free VRAM."""
-    free = {(n.node.name, g.index): n.free(g) for n in nodes for g in n.gpus}
-    node_free = {n.node.name: n.node.free for n in nodes}
+    """Place pods (highest priority, then largest, first) on the GPU that leaves the least free VRAM (`Board`)."""
+    board = Board(nodes)
     placements: list[VramPlacement] = []
     unplaced: list[VramUnplaced] = []
     for vp in sorted(pods, key=_order):
@@ -105,65 +104,36 @@ def fit(nodes: Sequence[VramNode], pods: Sequence[VramPod], unit_bytes: int = 1)
         if vp.units <= 0:
             unplaced.append(VramUnplaced(pod.key, vp.units, "requests no VRAM: add the VRAM resource to its limits"))
             continue
-        best: tuple[int, str, int, VramNode, VramGpu] | None = None
-        for n in nodes:
-            if n.reason or static_misfit(pod, n.node) is not None:
-                continue
-            if not pod.requests.fits_in(node_free[n.node.name]):
-                continue
-            for g in n.gpus:
-                left = free[(n.node.name, g.index)] - vp.units
-                if left >= 0 and (best is None or (left, n.node.name, g.index) < best[:3]):
-                    best = (left, n.node.name, g.index, n, g)
+        best = board.best(pod, vp.units)
         if best is None:
-            unplaced.append(VramUnplaced(pod.key, vp.units, why_unplaced(vp, nodes, free, node_free, unit_bytes)))
+            unplaced.append(VramUnplaced(pod.key, vp.units, why_unplaced(vp, board, unit_bytes)))
             continue
-        left, name, index, n, g = best
-        free[(name, index)] = left
-        node_free[name] = node_free[name] - pod.requests
-        placements.append(VramPlacement(pod.key, name, index, g.uuid, vp.units, left))
-    return VramFit(tuple(placements), tuple(unplaced), free)
+        n, g = best
+        left = board.take(pod, n, g, vp.units)
+        placements.append(VramPlacement(pod.key, n.node.name, g.index, g.uuid, vp.units, left))
+    return VramFit(tuple(placements), tuple(unplaced), board.free)
 
 
-def why_unplaced(
-    vp: VramPod,
-    nodes: Sequence[VramNode],
-    free: dict[tuple[str, int], int],
-    node_free: dict[str, Resources],
-    unit_bytes: int,
-) -> str:
+def why_unplaced(vp: VramPod, board: Board, unit_bytes: int) -> str:
     """The scheduler-style explanation, ending with the per-GPU fact that matters: no single GPU has room."""
     pod, want = vp.pod, human(vp.units, unit_bytes)
-    if not nodes:
+    if not board.nodes:
         return f"no GPU node without MIG advertises VRAM; the pod asks for {want} on one GPU"
-    reasons: Counter[str] = Counter()
-    eligible: list[VramNode] = []
-    for n in nodes:
-        misfit = n.reason or static_misfit(pod, n.node)
-        if misfit:
-            reasons[misfit] += 1
-        elif not pod.requests.fits_in(node_free[n.node.name]):
-            reasons["insufficient CPU, memory or pod slots"] += 1
-        else:
-            eligible.append(n)
-    head = tally(reasons, len(nodes))
-    if not eligible:
+    misfits, fitting = board.fitting(pod)
+    reasons = board.excluded + misfits
+    short = board.short(pod)
+    if short:
+        reasons["insufficient CPU, memory or pod slots"] += short
+    head = tally(reasons, len(board.nodes))
+    if short == len(fitting):
         return f"{head}; the pod asks for {want} of VRAM on one GPU"
-    largest = min(  # the most free VRAM on one GPU; ties go to the first node and GPU
-        ((free[(n.node.name, g.index)], n.node.name, g.index) for n in eligible for g in n.gpus),
-        key=lambda t: (-t[0], t[1], t[2]),
-        default=None,
-    )
-    split = [
-        (sum(free[(n.node.name, g.index)] for g in n.gpus), n.node.name, len(n.gpus))
-        for n in eligible
-        if sum(free[(n.node.name, g.index)] for g in n.gpus) >= vp.units
-    ]
+    largest = board.roomiest(pod)
+    roomiest_node = board.largest_node(pod)
     msg = f"{head}; no single GPU has {want} of VRAM free"
     if largest is not None:
         msg += f" (largest free on one GPU: {human(largest[0], unit_bytes)} on {largest[1]} GPU {largest[2]})"
-    if split:
-        total, name, count = max(split)
+    if roomiest_node is not None and roomiest_node[0] >= vp.units:
+        total, name, count = roomiest_node
         msg += f"; {name} has {human(total, unit_bytes)} free in total but split across {count} GPUs"
     return msg
 
