@@ -25,7 +25,7 @@ from typing import Literal
 from migctl.core.catalog import GpuModel
 from migctl.core.cluster import Node, Pod, Snapshot, Taint
 from migctl.core.geometry import CanonicalLayout, canonical, geometry
-from migctl.core.placement import signature, static_misfit, tally
+from migctl.core.placement import NodeIndex, signature, tally
 from migctl.core.settings import PlannerSettings
 from migctl.wire import names
 
@@ -154,6 +154,7 @@ class OfferIndex:
                 of[n.name] = cid
             self.classes.append(reps)
             self._class_of.append(of)
+        self._nodes = [NodeIndex([n.node for n in o.nodes]) for o in self.offers]  # per offer: the static rules
         self._reach: dict[tuple[object, ...], Reach] = {}
         self._capacity: dict[tuple[int, int, tuple[tuple[str, int], ...]], Capacity] = {}
         self.memo: dict[object, object] = {}  # for the decision's own results (`vram_request.decide`)
@@ -182,12 +183,11 @@ class OfferIndex:
         per_offer = []
         for i, o in enumerate(self.offers):
             seen: dict[int, str] = {}
-            for n in o.nodes:  # sorted by name: the first allowed node of a class is kept
-                total += 1
-                why = static_misfit(pod, n.node)
-                if why is not None:
-                    reasons[why] += 1
-                    continue
+            total += len(o.nodes)
+            misfits, fitting = self._nodes[i].misfits(pod)
+            reasons += misfits
+            for j in fitting:  # sorted by name: the first allowed node of a class is kept
+                n = o.nodes[j]
                 seen.setdefault(self._class_of[i][n.name], n.name)
             per_offer.append(tuple(sorted(seen.items(), key=lambda t: t[1])))
         hit = self._reach[sig] = Reach(tuple(per_offer), tally(reasons, total))
