@@ -52,8 +52,12 @@ class Greedy(Index):
     def _unit_cost(self, pod: Pod, demand: GpuDemand, slot: Slot) -> Candidate | None:
         """Cheapest option of either kind on one given slot (the per-node path for multi-instance pods)."""
         best: Candidate | None = None
+        kid = self._kid(slot) if slot.reconfigurable and slot.model is not None else None
+        useful = self._takes(slot)
         for profile, mib, waste, share in self._choice_costs(self._cid(pod, demand), slot.kind, pod, demand):
-            for opt in (self._existing_option(slot, profile), self._compute_reconf(slot, profile)):
+            existing = self._as_is(useful[profile], slot.mig) if profile in useful else None
+            reshaped = None if kid is None else self._reconf_option(slot, profile, kid)  # memoised per GPU state
+            for opt in (existing, reshaped):
                 if opt is None:
                     continue
                 cand: Candidate = (self._cost(waste, share, opt), slot.order, slot, profile, mib, opt)
@@ -276,16 +280,41 @@ class Greedy(Index):
             if name == WHOLE_GPU or model.has_profile(name)
         ]
 
+    def _least_mib(self, gpu: tuple[GpuDemand, ...]) -> int:
+        """The smallest instance that could serve any unit of these requests on any GPU kind of the cluster."""
+        hit = self.least_memo.get(gpu)
+        if hit is None:
+            sizes = [m for kind in {s.kind for s in self.slots} for d in gpu for _, m in self._choices(kind, d)]
+            hit = self.least_memo[gpu] = min(sizes, default=0)
+        return hit
+
     def _rigid_mib(self, pod: Pod, kind: str) -> int:
         return sum(min(m for _, m in self._choices(kind, d)) * d.count for d in pod.gpu)
 
     def _place_multi(self, pod: Pod, candidates: Iterable[NodeState]) -> bool:
-        """Pods with several GPU units: all units on one node, chosen by total cost then node name."""
+        """Pods with several GPU units: all units on one node, chosen by total cost then node name. A node's trial
+        is remembered per pod class (its GPU requests and annotated need, all a trial reads of the pod) until one
+        of its GPUs changes (`_trial_key`): pods of a class try the nodes the pods before them left alone once."""
         best: tuple[Cost, str, NodeState] | None = None
+        need = pod.need_mib
+        if need is not None and need <= self._least_mib(pod.gpu):
+            # every instance that could serve it holds the need: each option of each unit wastes its MiB less the
+            # need, so pods of other needs rank every option and node alike, their costs shifted (`_shifted`)
+            cls: tuple[object, ...] = (pod.gpu, "below every instance")
+        else:
+            cls = (pod.gpu, need)
+        tried = self.trial_memo.setdefault(cls, {})
+        units = pod.units
         for ns in candidates:
             if not pod.requests.fits_in(ns.free):
                 continue
-            trial = self._trial(pod, ns, commit=False)
+            key = _trial_key(ns)
+            hit = tried.get(ns)
+            if hit is not None and hit[0] == key:
+                trial = _shifted(hit[1], hit[2], need, units)
+            else:
+                trial = self._trial(pod, ns, commit=False)
+                tried[ns] = (key, trial, need)
             if trial is not None and (best is None or (trial, ns.node.name) < (best[0], best[1])):
                 best = (trial, ns.node.name, ns)
         if best is None:
@@ -296,7 +325,7 @@ class Greedy(Index):
 
     def _trial(self, pod: Pod, ns: NodeState, commit: bool) -> Cost | None:
         """Place every unit of `pod` on `ns` greedily; undo unless `commit` (indexes move only on commit)."""
-        saved = [(s, Counter(s.assigned), s.changed, s.mig) for s in ns.slots]
+        saved: dict[Slot, tuple[Counter[str], bool, bool]] = {}  # the GPUs the trial changes, as they were
         saved_touched = ns.touched
         saved_assign = len(self.assignments)
         total = NO_COST
@@ -312,7 +341,10 @@ class Greedy(Index):
                     ok = False
                     break
                 total = added(total, best[0])
-                self._apply_local(pod, demand, best[2], best[3], best[4], best[5])
+                slot = best[2]
+                if slot not in saved:
+                    saved[slot] = (Counter(slot.assigned), slot.changed, slot.mig)
+                self._apply_local(pod, demand, slot, best[3], best[4], best[5])
             if not ok:
                 break
         if commit and ok:
@@ -322,7 +354,7 @@ class Greedy(Index):
                 s.locked = s.locked or s.index in hosts
                 self._refresh(s)
             return total
-        for s, assigned, changed, mig in saved:
+        for s, (assigned, changed, mig) in saved.items():
             s.assigned, s.changed, s.mig = assigned, changed, mig
         ns.touched = saved_touched
         del self.assignments[saved_assign:]
@@ -340,6 +372,20 @@ class Greedy(Index):
         self.assignments.append(
             Assignment(pod.key, ns.node.name, slot.index, profile, mib, need_mib(demand, mib, pod.need_mib))
         )
+
+
+def _shifted(cost: Cost | None, costed_at: int | None, need: int | None, units: int) -> Cost | None:
+    """A trial's cost made for a pod of need `costed_at`, for one of need `need` whose every instance holds both
+    (`_place_multi`): each unit's waste differs by the difference of the needs."""
+    if cost is None or costed_at == need or costed_at is None or need is None:
+        return cost
+    return (cost[0], cost[1], cost[2] + (costed_at - need) * units, *cost[3:])
+
+
+def _trial_key(ns: NodeState) -> tuple[object, ...]:
+    """What a trial on the node reads that a pass changes: its GPUs (each change bumps a version; evictions swap
+    in new ones) and whether it is reconfigured already."""
+    return (ns.touched, *[(s, s.version) for s in ns.slots])
 
 
 def _first_fit(req: Resources, slots: list[Slot], unit: Candidate, best: Candidate | None) -> Candidate | None:

@@ -144,15 +144,14 @@ class Index(PlanState):
             unindexed[sid][slot] = None
         self._rekey(slot)
 
-    def _existing_option(self, slot: Slot, profile: str) -> Option | None:
+    def _takes(self, slot: Slot) -> dict[str, int]:
+        """Per profile the slot has a free existing instance of, the usefulness of what it keeps free once one
+        is taken (`Completions.takes`, memoised per free instances); none once its layout changes."""
         if slot.changed:
-            return None
+            return {}
         left = self._left(slot)
-        if left.get(profile, 0) <= 0:
-            return None
         comp = self.completions.get(slot.kind)
-        useful = comp.usefulness_without(left, profile) if comp is not None else 0
-        return self._as_is(useful, slot.mig)
+        return dict(comp.takes(left)) if comp is not None else dict.fromkeys(left, 0)
 
     def _as_is(self, useful: int, mig: bool) -> Option:
         """The option of a free instance that exists (`objective.existing_cost`), one object per value: the

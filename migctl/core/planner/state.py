@@ -84,6 +84,8 @@ def state_key(slot: Slot) -> tuple[object, ...]:
 
 
 BY_ORDER = attrgetter("order")  # views keep their GPUs in this order
+# a multi-instance pod's trial on a node: (the node's state then, its cost, the need it was costed at)
+Tried = tuple[object, Cost | None, int | None]
 # A candidate: (cost, GPU order, slot, profile, instance MiB, option)
 Candidate = tuple[Cost, float, "Slot", str, int, Option]
 # What a pod reads of one free-instance heap: (heap, GPU kind, profile, instance MiB, waste, scarce-kind term)
@@ -136,6 +138,9 @@ class PlanState:
         self.as_is_memo: dict[tuple[int, bool], Option] = {}
         self.unit_memo: dict[int, dict[int, Candidate | None]] = {}  # demand class -> state id -> option
         self.existing_rows: dict[tuple[int, int], list[ExistingRow]] = {}  # (signature, demand class) -> rows
+        # (GPU requests, annotated need) -> node -> (`_trial_key` when tried, the trial's cost or None)
+        self.trial_memo: dict[tuple[object, ...], dict[NodeState, Tried]] = {}
+        self.least_memo: dict[tuple[GpuDemand, ...], int] = {}  # `Greedy._least_mib`
         self.unit_rank: dict[int, list[tuple[Cost, int]]] = {}  # demand class -> (cost, state id), cheapest first
         self.choice_cost_memo: dict[tuple[int, str], list[tuple[str, int, int, int]]] = {}
         self.choice_memo: dict[tuple[str, GpuDemand], list[tuple[str, int]]] = {}
