@@ -28,6 +28,10 @@ def fail(message: str) -> NoReturn:
 # dict for all the rows it serves (the VRAM section: one decision for the pods of a kind).
 SharedRow = tuple[Mapping[str, Any], Mapping[str, Any]]
 
+# `json.dumps` without its check for circular references, which costs a tenth of encoding a 1,000-node plan: what
+# is written here is a tree of fresh dicts and lists (a cycle would recurse until RecursionError instead).
+_encode = json.JSONEncoder(check_circular=False).encode
+
 
 def emit_json(data: Any, rows: Mapping[str, Sequence[SharedRow]] | None = None) -> None:
     """`data`, with `rows` as its last keys. Indented on a terminal; compact into a pipe or file, where C's
@@ -38,13 +42,15 @@ def emit_json(data: Any, rows: Mapping[str, Sequence[SharedRow]] | None = None) 
         whole = {**data, **{k: [{**own, **shared} for own, shared in v] for k, v in rows.items()}}
         click.echo(json.dumps(whole, indent=2, sort_keys=False))
         return
-    click.echo(compact_json(data, rows))
+    out = sys.stdout  # not click.echo: its pass stripping colour codes over 7 MB finds none (JSON escapes them)
+    out.write(compact_json(data, rows) + "\n")
+    out.flush()
 
 
 def compact_json(data: Mapping[str, Any], rows: Mapping[str, Sequence[SharedRow]]) -> str:
     """`json.dumps({**data, **{key: [{**own, **shared} for own, shared in v] ...}})`, the same text, with the
     encoding of each `shared` dict (by identity) spliced into every row it serves."""
-    text = json.dumps(data, sort_keys=False)
+    text = _encode(data)
     if not rows:
         return text
     if not isinstance(data, dict) or rows.keys() & data.keys():
@@ -56,13 +62,13 @@ def compact_json(data: Mapping[str, Any], rows: Mapping[str, Sequence[SharedRow]
         for own, shared in items:
             hit = done.get(id(shared))
             if hit is None:
-                hit = done[id(shared)] = (shared, json.dumps(shared, sort_keys=False)[1:-1])
+                hit = done[id(shared)] = (shared, _encode(shared)[1:-1])
             head = _members(own) if own.keys().isdisjoint(shared) else None
             if head is None:  # a key in both (the shared value wins, at the own key's place), or not a str key
-                encoded.append(json.dumps({**own, **shared}, sort_keys=False))
+                encoded.append(_encode({**own, **shared}))
             else:
                 encoded.append(f"{{{head}{', ' if head and hit[1] else ''}{hit[1]}}}")
-        parts.append(f"{', ' if len(parts) > 1 or data else ''}{json.dumps(key)}: [{', '.join(encoded)}]")
+        parts.append(f"{', ' if len(parts) > 1 or data else ''}{_encode(key)}: [{', '.join(encoded)}]")
     return "".join(parts) + "}"
 
 
@@ -73,7 +79,7 @@ def _members(obj: Mapping[str, Any]) -> str | None:
     for k, v in obj.items():
         if type(k) is not str:
             return None
-        out.append(f"{_quote(k)}: {_quote(v) if type(v) is str else json.dumps(v, sort_keys=False)}")
+        out.append(f"{_quote(k)}: {_quote(v) if type(v) is str else _encode(v)}")
     return ", ".join(out)
 
 
