@@ -11,8 +11,9 @@ bound on stranded MiB (see `stranded_lower_bound`); and runs the exact solver on
 (8 GPUs per node, 10 pods per node) until it no longer proves optimality within the time limit, reporting
 planner time / exact time on the largest one it solved; times `plan()` on an overloaded prefix (a fifth of the
 nodes, 20 pods per node), where every pass of the portfolio runs; and `plan()` of the instance with its pods each
-pinned to one node by hostname against the same pods unpinned (`pinned`); and the fallback's per-GPU fit of the
-instance without MIG against the parse of its objects (`fallback`).
+pinned to one node by hostname against the same pods unpinned (`pinned`); the fallback's per-GPU fit of the
+instance without MIG against the parse of its objects (`fallback`); and a greedy pass of a quarter prefix whose
+every third pod asks for two units against the same pass with one (`multi_unit`).
 
 The dry run as a user runs it: `migctl plan --snapshot FILE -o json` as a whole process (interpreter start,
 imports, the objects read once, the plan, the fallback and VRAM sections, the JSON written) against
@@ -52,9 +53,12 @@ from migctl.config.fallback import FallbackSettings
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Node, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
+from migctl.core.forecast import forecast
 from migctl.core.migparted import forget_parsed
 from migctl.core.placement import signature, static_misfit
+from migctl.core.plan import Plan
 from migctl.core.planner import plan
+from migctl.core.planner.passes import Planner
 from migctl.core.settings import PlannerSettings
 from migctl.core.vram_fit import report
 from migctl.fallback.capacity import fallback_view
@@ -213,6 +217,37 @@ def pinned(instance: Instance, catalog: Catalog, nodes: int, pods: int) -> dict[
         "pinned_over_unpinned": pinned_s / plain_s,
         "unpinned_placed": plain_plan.summary.pods_placed,
         "pinned_placed": pinned_plan.summary.pods_placed,
+    }
+
+
+def multi_unit(instance: Instance, catalog: Catalog, nodes: int, pods: int) -> dict[str, Any]:
+    """A prefix where every third pending pod asks for two units of its request (two MIG instances, or two
+    containers' VRAM), so `_place_multi` tries it on every node its signature reaches: the first greedy pass of
+    it against the same pass with those pods asking for one unit, in the same run. A node's trial is remembered
+    per pod class until the node changes (`Greedy._place_multi`), so most pods read it instead of trying again."""
+    sub = subset(instance, nodes, pods)
+    one = snapshot_from_objects(sub.objects(catalog), catalog)
+    doubled = tuple(
+        replace(p, gpu=tuple(replace(d, count=2) for d in p.gpu)) if p.pending and i % 3 == 0 else p
+        for i, p in enumerate(one.pods)
+    )
+    two = replace(one, pods=doubled)
+    demand = forecast(one, PlannerSettings())
+
+    def first_pass(snap: Snapshot) -> Plan:
+        return Planner(snap, PlannerSettings(), shapes={}, completions={}, demand=demand).run()
+
+    one_s, one_plan = best_of(lambda: first_pass(one), 1)
+    two_s, two_plan = best_of(lambda: first_pass(two), 1)
+    return {
+        "nodes": nodes,
+        "pending_pods": len(two.pending),
+        "two_unit_pods": sum(1 for p in two.pending if p.units > 1),
+        "one_unit_pass_s": one_s,
+        "two_unit_pass_s": two_s,
+        "two_unit_over_one_unit": two_s / one_s,
+        "one_unit_placed": one_plan.summary.pods_placed,
+        "two_unit_placed": two_plan.summary.pods_placed,
     }
 
 
@@ -405,6 +440,7 @@ def run(
         "overloaded": overloaded(inst, catalog, max(1, nodes // 5), 4 * pods // 10),
         "pinned": pinned(inst, catalog, nodes, pods),
         "fallback": fallback(objects, catalog),
+        "multi_unit": multi_unit(inst, catalog, max(1, nodes // 4), pods // 4),
     }
     if profile:
         prefix = subset(inst, min(nodes, 200), min(pods, 2000))

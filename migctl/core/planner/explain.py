@@ -19,11 +19,12 @@ class Explain(Evictions):
     def _explain(self, pods: list[Pod]) -> list[Unplaced]:
         out = []
         largest = max((p.memory_mib for m in self.models.values() for p in m.base_profiles), default=0)
+        whole_free = any(s.free[WHOLE_GPU] > s.assigned[WHOLE_GPU] for s in self.slots)  # once, not per pod
         for pod in sorted(pods, key=lambda p: p.key):
-            out.append(Unplaced(pod.key, self._reason(pod, largest)))
+            out.append(Unplaced(pod.key, self._reason(pod, largest, whole_free)))
         return out
 
-    def _reason(self, pod: Pod, largest: int) -> str:
+    def _reason(self, pod: Pod, largest: int, whole_free: bool) -> str:
         for d in pod.gpu:
             if d.kind == "vram" and d.vram_mib > largest:
                 return (
@@ -33,7 +34,7 @@ class Explain(Evictions):
             if d.kind == "profile" and not any(m.has_profile(d.profile) for m in self.models.values()):
                 return f"no GPU model in the cluster offers MIG profile {d.profile}"
         wants_whole = any(d.kind == "gpu" for d in pod.gpu) and not self.settings.allow_mig_mode_change
-        if wants_whole and not any(s.free[WHOLE_GPU] > s.assigned[WHOLE_GPU] for s in self.slots):
+        if wants_whole and not whole_free:
             return (
                 "needs a whole GPU with MIG disabled; none is free and MIG mode changes are off "
                 "(planner.allow_mig_mode_change)"

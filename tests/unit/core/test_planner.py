@@ -171,6 +171,16 @@ def test_free_whole_gpu_serves_whole_gpu_demand() -> None:
     assert assigned(result)["ns/w"] == ("n1", 0, "gpu")
 
 
+def test_a_whole_gpu_pod_left_out_is_told_none_is_free_once_the_last_is_taken() -> None:
+    """One free MIG-disabled GPU, two whole-GPU pods, mode changes off: the second is told why, from the GPUs
+    as the plan leaves them (the first took the free one)."""
+    n = node("n1", "h100-80gb", [None, {"7g.80gb": 1}])
+    result = run([n], [whole("a", priority=1), whole("b")])
+    assert assigned(result)["ns/a"] == ("n1", 0, "gpu")
+    (left,) = result["unplaced"]  # type: ignore[misc]
+    assert left["reason"].startswith("needs a whole GPU with MIG disabled; none is free")  # type: ignore[index]
+
+
 def test_profile_pod_with_annotation_counts_its_real_waste() -> None:
     n = node("n1", "a100-40gb", [{"1g.5gb": 7}])
     pod = mig("nb", "1g.5gb")
