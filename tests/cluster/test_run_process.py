@@ -37,6 +37,18 @@ def _get(url: str) -> int | None:
         return None
 
 
+def _holder(api: client.CoordinationV1Api, name: str, namespace: str) -> str | None:
+    """The Lease's holder, or None while the Lease does not exist yet: readiness may come before the first
+    election on a loaded machine, so a 404 means "not yet", not a failure."""
+    try:
+        holder: str | None = api.read_namespaced_lease(name, namespace).spec.holder_identity
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return holder
+
+
 def test_run_process_starts_leads_and_stops_on_sigterm(
     control_plane: ControlPlane, core: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> None:
@@ -71,13 +83,8 @@ def test_run_process_starts_leads_and_stops_on_sigterm(
     try:
         wait_for("/healthz 200", lambda: _get(f"http://127.0.0.1:{port}/healthz") == 200, timeout=30)
         wait_for("/readyz 200", lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, timeout=30)
-        holder = wait_for(
-            "the Lease to name a holder",
-            lambda: (
-                client.CoordinationV1Api(core.api_client).read_namespaced_lease(lease, namespace).spec.holder_identity
-            ),
-            timeout=30,
-        )
+        leases = client.CoordinationV1Api(core.api_client)
+        holder = wait_for("the Lease to name a holder", lambda: _holder(leases, lease, namespace), timeout=30)
         assert holder
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
