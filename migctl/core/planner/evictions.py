@@ -19,8 +19,8 @@ class Evictions(Greedy):
         """Free a node for `pod` by evicting its GPU pods, all of strictly lower priority (every GPU pod of the
         node: without per-GPU usage the planner cannot tell which GPU they use). Fewest victims win."""
         ranked: list[tuple[tuple[int, int, str], NodeState, list[tuple[str, int]]]] = []
-        if not self.strategy.changes:
-            return None
+        if not self.strategy.changes or not self.pod_kinds.get(pod.key):
+            return None  # no GPU kind in the pod's reach serves it: no node freed of its pods would either
         for ns in self.sig_nodes[self._sig(pod)]:
             node = ns.node
             if node.model is None or node.frozen_reason or ns.touched or not node.gpu_pods or not node.gpus:

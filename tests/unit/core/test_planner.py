@@ -83,6 +83,25 @@ def test_lower_priority_is_evicted_only_when_allowed() -> None:
     assert assigned(result)["ns/urgent"][2] == "7g.80gb"
 
 
+def test_a_pod_no_gpu_here_can_serve_frees_no_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 GiB on one GPU fits no model here: evicting a node's pods could not help, so no node is even tried
+    (at 1,000 nodes each try rebuilt a node's GPUs, for every such pod)."""
+    n = node("n1", "h100-80gb", [ALL_1G_H100], usage_known=False, gpu_pods=[("ns/old", 0)])
+    tried: list[str] = []
+    swap = planner_module.passes.Planner._swap_slots
+
+    def counting(self: Planner, ns: object, new: object) -> object:
+        tried.append(ns.node.name)  # type: ignore[attr-defined]
+        return swap(self, ns, new)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner_module.passes.Planner, "_swap_slots", counting)
+    result = run(
+        [n], [vram("huge", 200, priority=1000), mig("urgent", "7g.80gb", priority=1000)], evictions="lower-priority"
+    )
+    assert [e["for_pod"] for e in result["evictions"]] == ["ns/urgent"]  # type: ignore[attr-defined]
+    assert tried == ["n1"]  # for the pod a freed node can serve, and only for it
+
+
 def test_equal_priority_is_never_evicted() -> None:
     n = node("n1", "h100-80gb", [ALL_1G_H100], usage_known=False, gpu_pods=[("ns/old", 1000)])
     result = run([n], [mig("urgent", "7g.80gb", priority=1000)], evictions="lower-priority")
