@@ -198,10 +198,11 @@ def fallback_view(
                 view.warnings.append(f"pod {key}: invalid spec: {e}")
                 continue
             view.pods.append(VramPod(pod, units, str(_meta(obj).get("uid") or "")))
+    last: dict[str, Mapping[str, Any]] = {}  # a node listed twice: the last copy counts, as in the snapshot
     for obj in objs:
-        if obj.get("kind") != "Node":
-            continue
-        name = str(_meta(obj).get("name") or "")
+        if obj.get("kind") == "Node":
+            last[str(_meta(obj).get("name") or "")] = obj
+    for name, obj in last.items():
         try:
             gpus = node_gpus(obj, catalog)
         except OBJECT_ERRORS as e:

@@ -143,6 +143,14 @@ def test_node_running_device_plugin_gpu_pods_is_excluded(catalog: Catalog) -> No
     assert "nvidia.com GPUs" in node.reason
 
 
+def test_a_node_listed_twice_is_its_last_copy(catalog: Catalog) -> None:
+    """As the snapshot reads it (and warns): one node, the last copy's GPUs, not two nodes of one name."""
+    view = fallback_view([t4_node(gpus=2), t4_node(gpus=4)], catalog)
+    (node,) = view.nodes
+    assert len(node.gpus) == 4
+    assert any("listed more than once" in w for w in view.warnings)
+
+
 def test_capacity_patch_adds_updates_and_removes() -> None:
     status: dict[str, Any] = {"capacity": {"cpu": "16"}, "allocatable": {"cpu": "16"}}
     ops = capacity_patch(status, "migctl.io/vram", 42)
