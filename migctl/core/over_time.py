@@ -120,7 +120,7 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
             if gp.target.mig_enabled:
                 pooled.update(dict(gp.target.layout))
         want = base.with_want(group.want).residual(canonical(pooled))
-        cache: dict[tuple[int, ...], Completions] = {}
+        cache: dict[tuple[tuple[DemandClass, float], ...], Completions] = {}
         for node, gp in group.reshaped:
             comp = _at(base, cache, want)
             new = _regroup(gp, comp, node, on_gpu.get((node.name, gp.index), []), assignments, pods)
@@ -139,12 +139,14 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
     return with_layouts(result, node_plans, tuple(assignments))
 
 
-def _at(base: Completions, cache: dict[tuple[int, ...], Completions], want: dict[object, float]) -> Completions:
+def _at(
+    base: Completions, cache: dict[tuple[tuple[DemandClass, float], ...], Completions], want: dict[object, float]
+) -> Completions:
     """`base` for `want`, rounded to eighths of a pod so that GPUs in the same spot share memos."""
-    q = tuple(round(want.get(c.key, 0.0) * 8) for c, _ in base.want)
+    q = _quantized(base, want)
     hit = cache.get(q)
     if hit is None:
-        hit = cache[q] = base.with_want({c.key: n / 8 for (c, _), n in zip(base.want, q, strict=True)})
+        hit = cache[q] = base.with_want({c.key: n for c, n in q})
     return hit
 
 

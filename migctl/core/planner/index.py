@@ -92,10 +92,8 @@ class Index(PlanState):
         if slot.changed:
             return []
         if slot.entries is None or slot.entries[0] != slot.version:
-            left = self._left(slot)
-            comp = self.completions.get(slot.kind)
-            takes = comp.takes(left) if comp is not None else [(profile, 0) for profile in left]
             seq, order, version = self._seq, slot.order, slot.version
+            takes = self._takes(slot).items()
             slot.entries = (version, [(p, (-useful, order, next(seq), version, slot)) for p, useful in takes])
         return slot.entries[1]
 
