@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Literal
 
 from migctl.core.catalog import Card, GpuModel
+from migctl.core.geometry import Placement
 from migctl.core.migparted import GpuConfig
 
 
@@ -151,6 +152,20 @@ class Pod:
         return sum(d.count for d in self.gpu)
 
 
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One MIG instance where it sits, and whether something holds it (the node agent's inventory)."""
+
+    profile: str
+    start: int
+    size: int
+    in_use: bool
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.profile, self.start, self.size)
+
+
 @dataclass(frozen=True)
 class Gpu:
     """One GPU of a node: its current configuration and, when known, which instances are in use."""
@@ -159,6 +174,9 @@ class Gpu:
     config: GpuConfig
     used: Mapping[str, int] | None = None  # profile -> instances in use; None when unknown
     whole_used: bool | None = None  # for MIG-disabled GPUs; None when unknown
+    # every instance with its placement and use, when the agent reports them; the in-place path reshapes the free
+    # part of a busy GPU around the instances in use (`ModelGeometry.place_around`). None when unknown.
+    instances: tuple[Instance, ...] | None = None
 
     @property
     def busy(self) -> bool | None:
@@ -183,6 +201,7 @@ class Node:
     usage_known: bool = True  # per-GPU occupancy known (no GPU pods, or the node agent reports it)
     frozen_reason: str = ""  # why migctl must not reconfigure this node now ("" = it may)
     gpu_pods: tuple[tuple[str, int, int | None], ...] = ()  # (pod key, priority, gpu index) of running GPU pods
+    in_place: bool = False  # opted into the in-place path: the agent may re-cut the free part of busy GPUs
 
     @property
     def free(self) -> Resources:

@@ -118,8 +118,9 @@ class ModelGeometry:
         names = [n for n, c in items for _ in range(c)]
         return sorted(names, key=lambda n: (-self.profiles[n].memory_slices, len(self.masks[n]), n))
 
-    def _search(self, items: CanonicalLayout, best: bool) -> tuple[int, ...] | None:
-        """Placement indices per instance (in `_instances` order); with best=True, the best-scoring one."""
+    def _search(self, items: CanonicalLayout, best: bool, used: int = 0) -> tuple[int, ...] | None:
+        """Placement indices per instance (in `_instances` order) on the units `used` leaves free; with best=True,
+        the best-scoring one."""
         inst = self._instances(items)
         chosen: list[int] = []
         found: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
@@ -145,7 +146,7 @@ class ModelGeometry:
                 chosen.pop()
             return False
 
-        go(0, 0, 0)
+        go(0, used, 0)
         if not found:
             return None
         return max(found)[1] if best else found[0][1]
@@ -175,6 +176,34 @@ class ModelGeometry:
         inst = self._instances(items)
         chosen = self._search(items, best=True)
         assert chosen is not None  # problem() already proved a placement exists
+        out = [Placement(n, *self.profiles[n].placements[k]) for n, k in zip(inst, chosen, strict=True)]
+        return tuple(sorted(out, key=lambda p: (p.start, p.profile)))
+
+    def place_around(self, add: Layout | CanonicalLayout, fixed: Iterable[Placement]) -> tuple[Placement, ...] | None:
+        """Placements for the instances `add` beside instances that must not move, or None when none exists.
+
+        The one placement rule of the in-place path: the agent creates at these placements, and the planner and
+        the simulator ask it whether a layout can be reached without touching an instance in use. `fixed` are
+        instances that stay where they are (in use, or kept); the whole layout (`fixed` plus `add`) must be valid.
+        Of the placements that fit, the one that keeps the longest free run is chosen (as `place` does).
+        """
+        items = canonical(add)
+        kept = tuple(fixed)
+        whole = canonical([*items, *((p.profile, 1) for p in kept)])
+        if self.problem(whole) is not None:
+            return None  # counts, slices, media engines, or no placement at all
+        used = 0
+        for p in kept:
+            mask = ((1 << p.size) - 1) << p.start
+            if used & mask:
+                return None  # the fixed instances overlap: not a state NVML can be in
+            used |= mask
+        if not items:
+            return ()
+        inst = self._instances(items)
+        chosen = self._search(items, best=True, used=used)
+        if chosen is None:
+            return None
         out = [Placement(n, *self.profiles[n].placements[k]) for n, k in zip(inst, chosen, strict=True)]
         return tuple(sorted(out, key=lambda p: (p.start, p.profile)))
 

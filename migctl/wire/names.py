@@ -18,6 +18,8 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # `nvidia.com/mig-<profile>` (mixed str
 MIG_COUNT_SUFFIX = ".count"
 MIG_MEMORY_SUFFIX = ".memory"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"  # the device plugin's config-manager re-reads on a change
+DEPLOY_MIG_MANAGER = "nvidia.com/gpu.deploy.mig-manager"  # the GPU Operator runs mig-manager where this is "true"
 
 # -- migctl's own keys ---------------------------------------------------------------------------------------------
 PREFIX = "migctl.io/"
@@ -29,6 +31,13 @@ LAYOUT = PREFIX + "layout"  # the controller's record of a node's per-GPU layout
 EXCLUDE = PREFIX + "exclude"  # label `true`: nodes left alone; namespaces / pods neither planned for nor evicted
 PAUSED = PREFIX + "paused"  # on migctl's ConfigMap: `true` pauses new reconfigurations
 RECONFIGURING = PREFIX + "reconfiguring"  # the taint migctl sets on a node while it acts
+
+# The in-place path (docs/in-place.md): a node label opts a node in; the controller writes the target, the node
+# agent applies it through NVML and answers in the status (codec: wire/inplace.py).
+ACTUATION = PREFIX + "actuation"  # node label: `in-place` opts the node in; absent or `mig-manager`: the stock path
+IN_PLACE = "in-place"
+IN_PLACE_TARGET = PREFIX + "in-place-target"  # controller -> agent: the per-GPU instances to reach, with a plan id
+IN_PLACE_STATUS = PREFIX + "in-place-status"  # agent -> controller: applied, blocked or failed, and what GPUs hold
 
 # The controller's phase annotations on a node it is changing (read strictly by controller/nodestate.py).
 PLAN_ID = PREFIX + "plan-id"
