@@ -13,7 +13,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from migctl.adapters.pods import Shapes, meta_of, pod_from_object, quantity_at
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core import label_values
 from migctl.core.catalog import Catalog, GpuModel
-from migctl.core.cluster import Gpu, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.cluster import Gpu, Instance, Node, Pod, Resources, Snapshot, Taint
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, geometry
 from migctl.core.inventory import Inventory, parse_inventory
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
@@ -39,7 +39,9 @@ from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError
 from migctl.wire import layout as layout_codec
 from migctl.wire.names import (
+    ACTUATION,
     FALLBACK_SCHEDULER,
+    IN_PLACE,
     MIG_CAPABLE,
     MIG_CONFIG,
     MIG_CONFIG_STATE,
@@ -435,6 +437,9 @@ def _node(
             (only,) = configs
             per_gpu[only] = (mig_used, whole_used)
         gpus = tuple(Gpu(i, configs[i], dict(per_gpu[i][0]), bool(per_gpu[i][1])) for i in sorted(configs))
+    in_place = labels.get(ACTUATION) == IN_PLACE
+    if in_place and inventory is not None and from_hardware is not None and hardware_usage:
+        gpus = tuple(_with_instances(g, inventory) for g in gpus)
     return Node(
         name=name,
         labels=labels,
@@ -450,7 +455,27 @@ def _node(
         usage_known=usage_known and bool(gpus),
         frozen_reason=frozen,
         gpu_pods=tuple(gpu_pods),
+        in_place=in_place,
     )
+
+
+def _with_instances(gpu: Gpu, inventory: Inventory) -> Gpu:
+    """The GPU with its instances where they sit (in-place nodes): the in-place path keeps those in use fixed.
+
+    An instance is in use when NVML or the pods say so. When pods hold more instances of a profile than are busy
+    (held but no process yet) and the agent cannot say which, every idle instance of that profile counts as held:
+    fixing one too many costs a reshape, moving a held one would break a pod.
+    """
+    info = inventory.gpu(gpu.index)
+    if info is None or not info.mig_enabled:
+        return gpu
+    busy = Counter(d.profile for d in info.instances if d.busy)
+    held = {p for p, n in (gpu.used or {}).items() if n > busy[p]}
+    instances = tuple(
+        Instance(d.profile, d.start, d.size, bool(d.busy) or d.profile in held)
+        for d in sorted(info.instances, key=lambda d: d.start)
+    )
+    return replace(gpu, instances=instances)
 
 
 def _inventory(annotations: Mapping[str, Any], node: str, ctx: _Ctx) -> Inventory | None:
