@@ -6,6 +6,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from migctl.adapters.nvml import NvmlError
 from migctl.adapters.nvml_mig import InstanceInUseError, MigNvml
 from migctl.errors import MigctlError
 from tests.unit.fake_nvml_mig import FakeMigNvml, MigGpu
@@ -49,8 +50,9 @@ def test_create_at_an_explicit_placement_with_a_full_compute_instance() -> None:
 
 
 def test_create_on_occupied_slices_raises_insufficient_resources() -> None:
-    with MigNvml(machine()).session() as nvml, pytest.raises(MigctlError, match="Insufficient Resources"):
+    with MigNvml(machine()).session() as nvml, pytest.raises(NvmlError) as err:
         nvml.create(0, 19, 6, 1)  # the 1g at 6 is there
+    assert err.value.code == pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
 
 
 def test_a_failed_compute_instance_create_leaves_no_gpu_instance_behind() -> None:
