@@ -9,7 +9,8 @@ What it enforces, as nvml.h documents: create needs MIG on (NOT_SUPPORTED), an a
 (INVALID_ARGUMENT), free slices and a count under the profile's maximum (INSUFFICIENT_RESOURCES); destroying a
 compute instance with processes, or a GPU instance that still has compute instances, raises IN_USE. GPU-instance ids
 follow the span: the same span gets the same id again after a destroy and a create. Failpoints: fail the Nth GPU- or
-compute-instance create, IN_USE on destroying the instance at a span that clears after k tries or never (k < 0).
+compute-instance create, the agent killed at the Nth create, IN_USE on destroying the instance at a span that
+clears after k tries or never (k < 0).
 Every mutating call is recorded in `mutations`.
 """
 
@@ -67,6 +68,10 @@ def a100_placements() -> dict[int, tuple[Span, ...]]:
     return {p.profile_id: p.placements for p in model.profiles if p.profile_id is not None}
 
 
+class AgentKilled(BaseException):
+    """Stands for SIGKILL: nothing in the agent catches it, so no rollback runs (a failpoint)."""
+
+
 class FakeMigNvml:
     """Module-like; one instance is one machine's driver."""
 
@@ -84,6 +89,7 @@ class FakeMigNvml:
         self.fail_gi_create: dict[int, int] = {}  # Nth GPU-instance create (1-based) -> NVML error code
         self.fail_ci_create: dict[int, int] = {}
         self.in_use_on_destroy: dict[tuple[int, Span], int] = {}  # (GPU, span) -> IN_USE answers left; <0: forever
+        self.kill_at_gi_create: int | None = None  # the agent "dies" as it calls the Nth GPU-instance create
         self.gi_creates = self.ci_creates = 0
         self.next_uuid = 100
 
@@ -273,6 +279,8 @@ class FakeMigNvml:
         self.mutations.append(("create-gi", handle[1], span))
         gpu = self._gpu(handle)
         self.gi_creates += 1
+        if self.gi_creates == self.kill_at_gi_create:
+            raise AgentKilled
         if not gpu.mig:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if self.gi_creates in self.fail_gi_create:
