@@ -43,11 +43,12 @@ def agent_command(
     if ctx.invoked_subcommand is not None:
         return
     from migctl.adapters.nvml import NvmlError, NvmlReader
-    from migctl.agent.runner import AgentRunner, serve_health
+    from migctl.agent.runner import AgentRunner, Reader, serve_health
 
-    settings = load_config(config_file).agent
+    cfg = load_config(config_file)
+    settings = cfg.agent
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    reader = NvmlReader()
+    reader: Reader = NvmlReader()
     if once and print_only:
         try:
             inventory = reader.read()
@@ -73,7 +74,22 @@ def agent_command(
         if print_only:
             click.echo(inventory.to_annotation())
 
-    runner = AgentRunner(reader, sink, settings, on_inventory=show)
+    before_read = None
+    if settings.in_place and sink is not None:
+        from migctl.adapters.podresources import PodResourcesClient
+        from migctl.agent.inplace_loop import InPlaceLoop
+        from migctl.agent.usage import KubeletAwareReader
+        from migctl.cli.agent_apply import build_applier
+
+        loop = InPlaceLoop(kube, name, build_applier(cfg, None, None), settings.device_plugin_configs)
+        kubelet = PodResourcesClient(settings.pod_resources_socket, settings.pod_resources_timeout_seconds)
+        reader = KubeletAwareReader(reader, kubelet)
+        before_read = loop.tick
+        try:
+            loop.start()
+        except Exception as e:  # the journal or NVML: say so and keep publishing; each tick tries again
+            logging.getLogger(__name__).error("in-place start: %s", e)
+    runner = AgentRunner(reader, sink, settings, on_inventory=show, before_read=before_read)
     if once:
         if not runner.tick():
             click.echo(f"error: {runner.last_error}", err=True)
