@@ -184,7 +184,12 @@ class MigNvml(NvmlReader):
             byref(spot),
         )
         try:
-            gi_id = int(lib.nvmlGpuInstanceGetInfo(gi).id)
+            info = lib.nvmlGpuInstanceGetInfo(gi)
+            gi_id = int(info.id)
+            placed = (int(info.placement.start), int(info.placement.size))
+            if placed != (start, size):  # a misread placement argument must not leave an instance elsewhere
+                lib.nvmlGpuInstanceDestroy(gi)
+                raise NvmlError(f"nvmlDeviceCreateGpuInstanceWithPlacement({where})", None, f"created at {placed}")
             ci_profile = self._full_compute_profile(gi, profile_id, h)
             ci = lib.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile)
             ci_id = int(lib.nvmlComputeInstanceGetInfo(ci).id)

@@ -89,6 +89,7 @@ class FakeMigNvml:
         self.fail_gi_create: dict[int, int] = {}  # Nth GPU-instance create (1-based) -> NVML error code
         self.fail_ci_create: dict[int, int] = {}
         self.in_use_on_destroy: dict[tuple[int, Span], int] = {}  # (GPU, span) -> IN_USE answers left; <0: forever
+        self.ignore_placement = False  # a driver that misreads the placement argument: first free allowed spot
         self.kill_at_gi_create: int | None = None  # the agent "dies" as it calls the Nth GPU-instance create
         self.gi_creates = self.ci_creates = 0
         self.next_uuid = 100
@@ -287,10 +288,12 @@ class FakeMigNvml:
             raise pynvml.NVMLError(self.fail_gi_create[self.gi_creates])
         if profile_id not in self.placements or span not in self.placements[profile_id]:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        mask = ((1 << span[1]) - 1) << span[0]
         used = 0
         for gi in gpu.gis.values():
             used |= ((1 << gi.size) - 1) << gi.start
+        if self.ignore_placement:
+            span = next((s for s in self.placements[profile_id] if not used & (((1 << s[1]) - 1) << s[0])), span)
+        mask = ((1 << span[1]) - 1) << span[0]
         same = sum(1 for gi in gpu.gis.values() if gi.profile_id == profile_id)
         if used & mask or same >= self.max_count[profile_id]:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)

@@ -91,3 +91,12 @@ def test_a_gpu_instance_without_compute_instance_is_seen() -> None:
     with MigNvml(fake).session() as nvml:
         half = nvml.gpu(0).instances[1]
     assert (half.start, half.ci, half.uuid, half.in_use) == (6, None, "", False)
+
+
+def test_an_instance_created_elsewhere_than_asked_is_destroyed_and_reported() -> None:
+    """Guards the unconfirmed ctypes form of the placement argument: a misread placement never sticks."""
+    fake = machine()
+    fake.ignore_placement = True
+    with MigNvml(fake).session() as nvml, pytest.raises(NvmlError, match=r"created at \(4, 1\)"):
+        nvml.create(0, 19, 5, 1)  # asked 5; the driver picks the first free 1g spot, 4
+    assert [t[1] for t in fake.layout(0)] == [0, 6]
