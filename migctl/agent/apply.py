@@ -243,7 +243,11 @@ class Applier:
             if gpu.uuid != entry.gpu_uuid:
                 return f"GPU {entry.index} is now {gpu.uuid}, not {entry.gpu_uuid}"
             created = entry.created
-            ops = restore_ops(gpu.instances, [s.placement for s in entry.before], lambda f: Spot.of(f).key in created)
+            # removable: what this change began creating, and a GPU instance a killed destroy left without its
+            # compute instance (never usable, holds no process; it would block the recreate on its span)
+            ops = restore_ops(
+                gpu.instances, [s.placement for s in entry.before], lambda f: f.ci is None or Spot.of(f).key in created
+            )
             self._run(gpu, ops, holders=False)  # only instances this change created are destroyed: no pod has them
         except (StepError, NvmlError) as e:
             return str(e)

@@ -9,7 +9,7 @@ What it enforces, as nvml.h documents: create needs MIG on (NOT_SUPPORTED), an a
 (INVALID_ARGUMENT), free slices and a count under the profile's maximum (INSUFFICIENT_RESOURCES); destroying a
 compute instance with processes, or a GPU instance that still has compute instances, raises IN_USE. GPU-instance ids
 follow the span: the same span gets the same id again after a destroy and a create. Failpoints: fail the Nth GPU- or
-compute-instance create, the agent killed at the Nth create, IN_USE on destroying the instance at a span that
+compute-instance create, the agent killed at the Nth GPU-instance create or destroy, IN_USE on destroying the instance at a span that
 clears after k tries or never (k < 0).
 Every mutating call is recorded in `mutations`.
 """
@@ -90,7 +90,9 @@ class FakeMigNvml:
         self.fail_ci_create: dict[int, int] = {}
         self.in_use_on_destroy: dict[tuple[int, Span], int] = {}  # (GPU, span) -> IN_USE answers left; <0: forever
         self.ignore_placement = False  # a driver that misreads the placement argument: first free allowed spot
-        self.kill_at_gi_create: int | None = None  # the agent "dies" as it calls the Nth GPU-instance create
+        self.kill_at_gi_create: int | None = None
+        self.kill_at_gi_destroy: int | None = None  # ... or as it calls the Nth GPU-instance destroy
+        self.gi_destroys = 0  # the agent "dies" as it calls the Nth GPU-instance create
         self.gi_creates = self.ci_creates = 0
         self.next_uuid = 100
 
@@ -332,6 +334,9 @@ class FakeMigNvml:
     def nvmlGpuInstanceDestroy(self, handle: Any) -> None:
         self._enter("nvmlGpuInstanceDestroy")
         gi = self._gi(handle)
+        self.gi_destroys += 1
+        if self.gi_destroys == self.kill_at_gi_destroy:
+            raise AgentKilled
         self.mutations.append(("destroy-gi", handle[1], (gi.start, gi.size)))
         if gi.cis:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_IN_USE)

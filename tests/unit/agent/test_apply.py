@@ -241,3 +241,16 @@ def test_journal_undo_alone_restores_the_previous_layout(node: Node) -> None:
     applier = wiring.build_applier(load_config(node.config), str(node.socket), node.state)
     assert applier.recover() == ["GPU 0: undid an interrupted change (5 steps journaled)"]
     assert spans(node) == [(P1G, 0, 1), (P1G, 1, 1)] and not node.journal.exists()
+
+
+def test_agent_killed_between_the_compute_and_the_gpu_instance_destroy_converges(node: Node) -> None:
+    """The half-destroyed instance (a GPU instance without compute instance) is cleared, then the change reruns."""
+    node.fake.add(0, "2g.10gb", 0)
+    node.fake.kill_at_gi_destroy = 1
+    with pytest.raises(AgentKilled):
+        node.apply({0: {"1g.5gb": 2}})
+    assert node.fake.layout(0) == [(P2G, 0, 2, "")]  # its compute instance is gone, the GPU instance is not
+    node.fake.kill_at_gi_destroy = None
+    result = node.apply({0: {"1g.5gb": 2}})
+    assert result.exit_code == 0, result.output
+    assert spans(node) == [(P1G, 0, 1), (P1G, 1, 1)] and not node.journal.exists()
