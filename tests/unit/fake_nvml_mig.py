@@ -9,8 +9,8 @@ What it enforces, as nvml.h documents: create needs MIG on (NOT_SUPPORTED), an a
 (INVALID_ARGUMENT), free slices and a count under the profile's maximum (INSUFFICIENT_RESOURCES); destroying a
 compute instance with processes, or a GPU instance that still has compute instances, raises IN_USE. GPU-instance ids
 follow the span: the same span gets the same id again after a destroy and a create. Failpoints: fail the Nth GPU- or
-compute-instance create, the agent killed at the Nth GPU-instance create or destroy, IN_USE on destroying the instance at a span that
-clears after k tries or never (k < 0).
+compute-instance create, the agent killed at the Nth GPU-instance create or destroy, IN_USE on destroying the
+instance at a span that clears after k tries or never (k < 0), a driver that ignores the placement asked.
 Every mutating call is recorded in `mutations`.
 """
 
