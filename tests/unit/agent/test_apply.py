@@ -128,6 +128,8 @@ def test_dry_run_json_output(node: Node) -> None:
         ({7: {"1g.5gb": 1}}, "gpus.7: GPU index 7 does not exist"),
         ({0: {"1g.5gb": -1}}, "gpus.0.1g.5gb: negative count -1"),
         ("gpus: [1, 2]", "gpus: expected a mapping"),
+        ({0: {"1g.5gb": "two"}}, "gpus.0.1g.5gb: expected a whole number of instances"),
+        ({"first": {"1g.5gb": 1}}, "gpus.first: not a GPU index"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field_and_changes_nothing(node: Node, layout: object, field: str) -> None:
@@ -254,3 +256,12 @@ def test_agent_killed_between_the_compute_and_the_gpu_instance_destroy_converges
     result = node.apply({0: {"1g.5gb": 2}})
     assert result.exit_code == 0, result.output
     assert spans(node) == [(P1G, 0, 1), (P1G, 1, 1)] and not node.journal.exists()
+
+
+def test_a_damaged_journal_stops_the_command_before_any_change(node: Node) -> None:
+    node.fake.add(0, "2g.10gb", 0)
+    node.state.mkdir()
+    node.journal.write_text("{not json")
+    result = node.apply({0: {"1g.5gb": 2}})
+    assert result.exit_code == 1 and "in-place-journal.json is not valid JSON" in result.output
+    assert node.fake.mutations == []
