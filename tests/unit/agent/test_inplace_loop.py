@@ -193,3 +193,34 @@ def test_a_failing_in_place_tick_does_not_stop_the_inventory(rig: Rig) -> None:
 
     runner = AgentRunner(NvmlReader(rig.fake), Sink(), AgentSettings(), before_read=broken_tick)
     assert runner.tick() and runner.ready and len(published) == 1
+
+
+def test_migctl_agent_once_on_an_in_place_node_applies_answers_and_publishes(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's wiring: agent.in_place builds the loop, runs its start and one tick before the inventory."""
+    from click.testing import CliRunner
+
+    import migctl.adapters.kube as kube_module
+    import migctl.adapters.nvml as nvml_module
+    import migctl.cli.agent_apply as wiring
+    from migctl.cli import cli
+
+    monkeypatch.setattr(nvml_module, "NvmlReader", lambda: NvmlReader(rig.fake))
+    monkeypatch.setattr(wiring, "MigNvml", lambda: MigNvml(rig.fake))
+    monkeypatch.setattr(kube_module, "api_client", lambda *a, **k: None)
+    monkeypatch.setattr(kube_module, "KubeApi", lambda *a, **k: rig.api)
+    held = rig.fake.add(0, "3g.20gb", 0)
+    rig.kubelet.give("ml", "starting", "nvidia.com/mig-3g.20gb", held)
+    rig.api.target("p7", {0: {"3g.20gb": 1, "1g.5gb": 2}})
+    agent = {"in_place": True, "state_dir": str(rig.state), "pod_resources_socket": str(rig.socket)}
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"agent": {**agent, "caps_command": ["true"], "health_port": None}}))
+    result = CliRunner().invoke(cli, ["agent", "--once", "--node", NODE, "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    annotations = rig.api.node["metadata"]["annotations"]
+    status = decode_status(annotations[IN_PLACE_STATUS])
+    assert (status.plan, status.state) == ("p7", "applied") and rig.api.label == "migctl-b"
+    inventory = json.loads(annotations["migctl.io/gpus"])
+    busy = {(d["profile"], d["start"]): d["busy"] for d in inventory["gpus"][0]["instances"]}
+    assert busy == {("3g.20gb", 0): True, ("1g.5gb", 4): False, ("1g.5gb", 5): False}  # the kubelet's view
