@@ -24,7 +24,7 @@ from migctl.agent.apply import BLOCKED, OK, Applier, Result
 from migctl.errors import MigctlError
 from migctl.wire.inplace import Held, State, Status, Target, UnknownVersionError, decode_status, decode_target
 from migctl.wire.inplace import encode_status as encode
-from migctl.wire.names import DEVICE_PLUGIN_CONFIG, IN_PLACE_STATUS, IN_PLACE_TARGET
+from migctl.wire.names import DEPLOY_MIG_MANAGER, DEVICE_PLUGIN_CONFIG, IN_PLACE_STATUS, IN_PLACE_TARGET
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,12 @@ class InPlaceLoop:
         if target.plan in self.answered or self._answered(annotations.get(IN_PLACE_STATUS), target.plan):
             self.answered.add(target.plan)
             return None
-        status = self._apply(target)
+        labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+        if labels.get(DEPLOY_MIG_MANAGER) == "true":  # both would change the same GPUs; mig-manager re-applies its own
+            message = f"mig-manager runs on this node: set {DEPLOY_MIG_MANAGER}=false to act in place"
+            status = Status(target.plan, "failed", message)
+        else:
+            status = self._apply(target)
         self.kube.patch_node(self.node, {"metadata": {"annotations": {IN_PLACE_STATUS: encode(status)}}}, "answer")
         self.answered.add(target.plan)
         log.info("node %s: plan %s %s %s", self.node, target.plan, status.state, status.message)

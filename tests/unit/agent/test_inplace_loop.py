@@ -224,3 +224,11 @@ def test_migctl_agent_once_on_an_in_place_node_applies_answers_and_publishes(
     inventory = json.loads(annotations["migctl.io/gpus"])
     busy = {(d["profile"], d["start"]): d["busy"] for d in inventory["gpus"][0]["instances"]}
     assert busy == {("3g.20gb", 0): True, ("1g.5gb", 4): False, ("1g.5gb", 5): False}  # the kubelet's view
+
+
+def test_no_change_while_mig_manager_runs_on_the_node(rig: Rig) -> None:
+    rig.api.node["metadata"]["labels"]["nvidia.com/gpu.deploy.mig-manager"] = "true"
+    rig.api.target("p1", {0: {"7g.40gb": 1}})
+    status = rig.loop().tick()
+    assert status is not None and status.state == "failed" and "gpu.deploy.mig-manager=false" in status.message
+    assert rig.fake.mutations == []
