@@ -149,15 +149,16 @@ class Applier:
             holders = self.kubelet.holders()  # fail closed: PodResourcesError before any change
             created = False
             for index, (_, geo) in sorted(gpus.items()):
-                gpu = self._read(index, holders)
-                res = self._one(gpu, geo, target[index], dry_run)
+                res = self._one(self._read(index, holders), geo, target[index], dry_run, holders)
                 created |= any(o.kind == "create" for o in res.ops) and res.state in ("applied", "failed")
                 result.gpus.append(res)
             if created:
                 result.caps_error = self._caps()
         return result
 
-    def _one(self, gpu: MigGpu, geo: ModelGeometry, counts: Mapping[str, int], dry_run: bool) -> GpuResult:
+    def _one(
+        self, gpu: MigGpu, geo: ModelGeometry, counts: Mapping[str, int], dry_run: bool, holders: Mapping[str, Holder]
+    ) -> GpuResult:
         wanted = {p: n for p, n in counts.items() if n}
         if not gpu.mig_enabled:
             if not wanted:
@@ -170,6 +171,8 @@ class Applier:
         if plan.blocked:
             return GpuResult(gpu.index, "blocked", message=plan.blocked, instances=gpu.instances)
         if not plan.ops:
+            if not dry_run:
+                self._record(gpu.uuid, gpu.instances)  # at target: what a rebuild after a reboot must recreate
             return GpuResult(gpu.index, "unchanged", instances=gpu.instances)
         if dry_run:
             return GpuResult(gpu.index, "planned", plan.ops, instances=gpu.instances)
@@ -182,14 +185,16 @@ class Applier:
             entry = next(x for x in self.journal.entries() if x.gpu_uuid == gpu.uuid)
             undo = self._undo(entry)
             message = f"{e}; " + ("rolled back" if not undo else f"rollback incomplete: {undo}")
-            return GpuResult(
-                gpu.index, state if not undo else "failed", plan.ops, message, self.nvml.gpu(gpu.index).instances
-            )
+            now = self._read(gpu.index, holders).instances
+            return GpuResult(gpu.index, state if not undo else "failed", plan.ops, message, now)
         self.journal.done(gpu.uuid)
-        after = self.nvml.gpu(gpu.index).instances
-        if self.layouts is not None:
-            self.layouts.write(gpu.uuid, after)
+        after = self._read(gpu.index, holders).instances  # the new instances are nobody's yet
+        self._record(gpu.uuid, after)
         return GpuResult(gpu.index, "applied", plan.ops, instances=after)
+
+    def _record(self, gpu_uuid: str, instances: Sequence[Found]) -> None:
+        if self.layouts is not None:
+            self.layouts.write(gpu_uuid, instances)
 
     # -- steps ----------------------------------------------------------------------------------------------
 

@@ -221,6 +221,7 @@ def test_migctl_agent_once_on_an_in_place_node_applies_answers_and_publishes(
     annotations = rig.api.node["metadata"]["annotations"]
     status = decode_status(annotations[IN_PLACE_STATUS])
     assert (status.plan, status.state) == ("p7", "applied") and rig.api.label == "migctl-b"
+    assert [(h.start, h.in_use) for h in status.gpus[0]] == [(0, True), (4, False), (5, False)]  # the kubelet's
     inventory = json.loads(annotations["migctl.io/gpus"])
     busy = {(d["profile"], d["start"]): d["busy"] for d in inventory["gpus"][0]["instances"]}
     assert busy == {("3g.20gb", 0): True, ("1g.5gb", 4): False, ("1g.5gb", 5): False}  # the kubelet's view
@@ -232,3 +233,14 @@ def test_no_change_while_mig_manager_runs_on_the_node(rig: Rig) -> None:
     status = rig.loop().tick()
     assert status is not None and status.state == "failed" and "gpu.deploy.mig-manager=false" in status.message
     assert rig.fake.mutations == []
+
+
+def test_a_layout_found_already_at_target_is_rebuilt_after_a_reboot(rig: Rig) -> None:
+    """The node was cut before it opted in; the first plan asks for what it has: that too is what a reboot loses."""
+    rig.fake.add(0, "4g.20gb", 0)
+    rig.fake.add(0, "3g.20gb", 4)
+    rig.api.target("p1", {0: {"4g.20gb": 1, "3g.20gb": 1}})
+    assert rig.loop().tick() is not None and rig.fake.mutations == []
+    rig.fake.gpus[0].gis.clear()
+    assert rig.loop().start() == ["GPU 0: rebuilt 2 instances of the last applied layout"]
+    assert [(s, z) for _, s, z, _ in rig.fake.layout(0)] == [(0, 4), (4, 4)]
