@@ -149,7 +149,10 @@ class Applier:
             holders = self.kubelet.holders()  # fail closed: PodResourcesError before any change
             created = False
             for index, (_, geo) in sorted(gpus.items()):
-                res = self._one(self._read(index, holders), geo, target[index], dry_run, holders)
+                try:
+                    res = self._one(self._read(index, holders), geo, target[index], dry_run, holders)
+                except (NvmlError, PodResourcesError) as e:  # a read outside a change: this GPU is as it was
+                    res = GpuResult(index, "failed", message=f"GPU {index}: {e}")
                 created |= any(o.kind == "create" for o in res.ops) and res.state in ("applied", "failed")
                 result.gpus.append(res)
             if created:

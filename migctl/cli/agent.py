@@ -121,6 +121,8 @@ def apply_command(
     Exit codes: 0 applied (or nothing to change), 1 failed (rolled back) or the kubelet/NVML could not be read
     (nothing changed), 2 bad input (nothing changed), 3 blocked by an instance in use (that GPU unchanged).
     """
+    from migctl.adapters.podresources import PodResourcesError
+    from migctl.agent.journal import JournalError
     from migctl.agent.target_file import read_target
     from migctl.cli.agent_apply import build_applier, render
     from migctl.errors import InputError, MigctlError
@@ -134,8 +136,14 @@ def apply_command(
     except InputError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(2) from e
+    except PodResourcesError as e:
+        click.echo(f"error: {e}; nothing was changed (no instance may be assumed free)", err=True)
+        raise SystemExit(1) from e
+    except JournalError as e:
+        click.echo(f"error: {e}; the next run undoes what the journal recorded", err=True)
+        raise SystemExit(1) from e
     except MigctlError as e:
-        click.echo(f"error: {e}; nothing was changed on the GPUs not reported", err=True)
+        click.echo(f"error: {e}", err=True)
         raise SystemExit(1) from e
     click.echo(render(result, fmt, dry_run))
     raise SystemExit(result.exit_code)
