@@ -136,7 +136,7 @@ class FakeMigNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
 
     def _gpu(self, handle: Any) -> MigGpu:
-        return self.gpus[handle[1]]
+        return self.gpus[int(handle[1])]
 
     def _gi(self, handle: Any) -> FakeGi:
         gi = self._gpu(handle).gis.get(handle[2])

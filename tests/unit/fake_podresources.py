@@ -53,7 +53,7 @@ def serve_kubelet(directory: Path) -> Iterator[tuple[FakeKubelet, Path]]:
     socket = directory / "kubelet.sock"
     kubelet = FakeKubelet()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(kubelet, server)
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(kubelet, server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"unix://{socket}")
     server.start()
     try:

@@ -38,7 +38,8 @@ class OwnNode:
 
     def read_node(self, name: str) -> Obj:
         assert name == NODE, "the agent reads only its own node"
-        return json.loads(json.dumps(self.node))
+        copy: Obj = json.loads(json.dumps(self.node))
+        return copy
 
     def patch_node(self, name: str, patch: Obj, what: str = "patch") -> Obj:
         assert name == NODE, "the agent writes only its own node"
