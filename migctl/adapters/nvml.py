@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pynvml
@@ -61,6 +62,16 @@ _HINTS = {
     pynvml.NVML_ERROR_CORRUPTED_INFOROM: "a GPU's infoROM is corrupted: the GPU needs service",
 }
 _NO_DATA = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveProfile:
+    """One GPU-instance profile as this GPU's driver reports it."""
+
+    name: str
+    profile_id: int
+    compute_slices: int
+    memory_mib: int
 
 
 class NvmlError(MigctlError):
@@ -122,14 +133,7 @@ class NvmlReader:
         capable = modes is not None
         current = bool(modes and modes[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
         pending = bool(modes and modes[1] == pynvml.NVML_DEVICE_MIG_ENABLE)
-        by_id: dict[int, tuple[str, int]] = {}
-        if capable:  # the driver answers profile queries with MIG off too (H200, driver 580, seen 2026-11-30)
-            for idx in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-                info = self._optional(lib.nvmlDeviceGetGpuInstanceProfileInfo, h, idx)
-                if info is None or int(info.memorySizeMB) <= 0:
-                    continue
-                name = profile_name(int(info.sliceCount), int(info.memorySizeMB), total_mib, _ATTRIBUTES.get(idx, ""))
-                by_id[int(info.id)] = (name, int(info.memorySizeMB))
+        by_id = {pid: (p.name, p.memory_mib) for pid, p in self.profiles(h, total_mib).items()} if capable else {}
         instances: list[MigDevice] = []
         if current:
             for slot in range(int(lib.nvmlDeviceGetMaxMigDeviceCount(h))):
@@ -175,6 +179,21 @@ class NvmlReader:
             **self._pci(h),
         )
         return gpu, {name: mib for name, mib in by_id.values()}
+
+    def profiles(self, handle: Any, total_mib: int) -> dict[int, LiveProfile]:
+        """The GPU's instance profiles by NVML profile id, named from the driver's own numbers (go-nvlib names).
+
+        The driver answers profile queries with MIG off too (H200, driver 580, seen 2026-11-30)."""
+        lib = self.lib
+        out: dict[int, LiveProfile] = {}
+        for idx in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            info = self._optional(lib.nvmlDeviceGetGpuInstanceProfileInfo, handle, idx)
+            if info is None or int(info.memorySizeMB) <= 0:
+                continue
+            slices, mib = int(info.sliceCount), int(info.memorySizeMB)
+            name = profile_name(slices, mib, total_mib, _ATTRIBUTES.get(idx, ""))
+            out[int(info.id)] = LiveProfile(name, int(info.id), slices, mib)
+        return out
 
     def _pci(self, handle: Any) -> dict[str, str]:
         """The GPU's PCI device and subsystem ids, which mig-parted's device filters match (empty if unknown)."""

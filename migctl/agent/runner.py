@@ -41,11 +41,13 @@ class AgentRunner:
         sink: Sink | None,
         settings: AgentSettings | None = None,
         on_inventory: Callable[[Inventory], None] | None = None,
+        before_read: Callable[[], object] | None = None,
     ) -> None:
         self.reader = reader
         self.sink = sink
         self.settings = settings or AgentSettings()
         self.on_inventory = on_inventory
+        self.before_read = before_read  # the in-place loop's tick: its failures are its own, the inventory still goes
         self.ready = False
         self.last_error = "no NVML read yet"
         self.failures = 0  # consecutive
@@ -54,6 +56,13 @@ class AgentRunner:
 
     def tick(self) -> bool:
         """Read and publish once; never raises (the loop must survive). True on success."""
+        if self.before_read is not None:
+            try:
+                self.before_read()
+            except MigctlError as e:
+                log.error("in-place change: %s", e)
+            except Exception:
+                log.exception("unexpected error in the in-place change")
         try:
             inventory = self.reader.read()
             if self.on_inventory is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
 
 
 class AgentSettings(BaseModel):
-    """How often the agent reads NVML, where it publishes, how it backs off when NVML fails."""
+    """How often the agent reads NVML, where it publishes, how it backs off when NVML fails; and, on nodes opted into
+    the in-place path, how it applies the controller's targets (docs/in-place.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -20,3 +21,38 @@ class AgentSettings(BaseModel):
         8081, ge=0, le=65535, description="Serve /healthz and /readyz here (None: no HTTP server)."
     )
     node_name_env: str = Field("NODE_NAME", description="Env var holding the Node name (downward API spec.nodeName).")
+    in_place: bool = Field(
+        False,
+        description="Apply the controller's in-place targets (migctl.io/in-place-target) on this node; the "
+        "DaemonSet of in-place nodes sets it.",
+    )
+    state_dir: str = Field(
+        "/var/lib/migctl", min_length=1, description="The in-place journal and last applied layout (a hostPath)."
+    )
+    pod_resources_socket: str = Field(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        min_length=1,
+        description="The kubelet's PodResources socket (mount its directory read-only).",
+    )
+    pod_resources_timeout_seconds: float = Field(10.0, gt=0, description="Deadline of one PodResources call.")
+    device_plugin_configs: tuple[str, str] = Field(
+        ("migctl-a", "migctl-b"),
+        description="Two named device-plugin configs of identical content: the agent flips its node's "
+        "nvidia.com/device-plugin.config label between them to make the plugin re-enumerate.",
+    )
+    caps_command: tuple[str, ...] = Field(
+        ("chroot", "/host", "nvidia-smi"),
+        min_length=1,
+        description="Run after creating instances, to create their /dev/nvidia-caps device nodes on the host "
+        "(as mig-manager does: nvidia-smi inside the host's root file system).",
+    )
+    destroy_attempts: int = Field(5, ge=1, le=50, description="Tries of a destroy that NVML refuses with IN_USE.")
+    destroy_backoff_seconds: float = Field(0.5, gt=0, description="First wait between those tries (doubling).")
+    destroy_backoff_max_seconds: float = Field(4.0, gt=0, description="Longest wait between those tries.")
+
+    @model_validator(mode="after")
+    def _two_configs(self) -> AgentSettings:
+        a, b = self.device_plugin_configs
+        if not a or not b or a == b:
+            raise ValueError("device_plugin_configs: expected two different, non-empty config names")
+        return self

@@ -21,9 +21,10 @@ class EventApi(Protocol):
 
 
 class AgentApi(Protocol):
-    """The node agent: one merge patch on its own Node."""
+    """The node agent: merge patches on its own Node, and (on in-place nodes) reading it for the target."""
 
     def patch_node(self, name: str, patch: Obj, what: str = "patch") -> Obj: ...
+    def read_node(self, name: str) -> Obj: ...
 
 
 class ControllerApi(EventApi, AgentApi, Protocol):

@@ -1,0 +1,112 @@
+"""The agent's in-place loop, on nodes opted into the in-place path (`agent.in_place: true`).
+
+Each tick reads the agent's own Node. When `migctl.io/in-place-target` carries a plan id that the status does not
+answer yet, the target is applied with the same engine as `migctl agent apply`; if any instance was created or
+destroyed, the device plugin is made to re-enumerate by flipping the node's `nvidia.com/device-plugin.config`
+label between two named configs of identical content (the plugin's config-manager SIGHUPs the plugin only when
+the value changes); then `migctl.io/in-place-status` answers the plan: applied, blocked or failed, with what each
+GPU of the target now holds. An answered plan id is never applied again.
+
+On start the loop first undoes a change an earlier run left half done (the journal), then rebuilds the last
+applied layout on GPUs that came back empty (a reboot or driver reload), then re-advertises if either changed
+anything. Every write is a merge patch of the agent's own Node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from migctl.adapters.kube.errors import KubeError
+from migctl.adapters.kube.interface import AgentApi
+from migctl.agent.apply import BLOCKED, OK, Applier, Result
+from migctl.errors import MigctlError
+from migctl.wire.inplace import Held, State, Status, Target, UnknownVersionError, decode_status, decode_target
+from migctl.wire.inplace import encode_status as encode
+from migctl.wire.names import DEPLOY_MIG_MANAGER, DEVICE_PLUGIN_CONFIG, IN_PLACE_STATUS, IN_PLACE_TARGET
+
+log = logging.getLogger(__name__)
+
+
+class InPlaceLoop:
+    def __init__(self, kube: AgentApi, node: str, applier: Applier, configs: tuple[str, str]) -> None:
+        self.kube, self.node, self.applier, self.configs = kube, node, applier, configs
+        self.answered: set[str] = set()
+
+    def start(self) -> list[str]:
+        """Undo a half-done change, rebuild after a reboot, re-advertise if either did something."""
+        notes = self.applier.recover() + self.applier.rebuild()
+        for note in notes:
+            log.warning("%s", note)
+        if notes:
+            self.readvertise(self.kube.read_node(self.node))
+        return notes
+
+    def tick(self) -> Status | None:
+        """Apply the node's target once; the status written, or None when there was nothing to answer."""
+        node = self.kube.read_node(self.node)
+        annotations: Mapping[str, str] = (node.get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(IN_PLACE_TARGET)
+        if not raw:
+            return None
+        try:
+            target = decode_target(raw)
+        except UnknownVersionError as e:
+            log.error("node %s: %s; leaving the GPUs alone", self.node, e)
+            return None
+        except (ValueError, TypeError) as e:
+            log.error("node %s: unreadable %s (%s); leaving the GPUs alone", self.node, IN_PLACE_TARGET, e)
+            return None
+        if target.plan in self.answered or self._answered(annotations.get(IN_PLACE_STATUS), target.plan):
+            self.answered.add(target.plan)
+            return None
+        labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+        if labels.get(DEPLOY_MIG_MANAGER) == "true":  # both would change the same GPUs; mig-manager re-applies its own
+            message = f"mig-manager runs on this node: set {DEPLOY_MIG_MANAGER}=false to act in place"
+            status = Status(target.plan, "failed", message)
+        else:
+            status = self._apply(target)
+        self.kube.patch_node(self.node, {"metadata": {"annotations": {IN_PLACE_STATUS: encode(status)}}}, "answer")
+        self.answered.add(target.plan)
+        log.info("node %s: plan %s %s %s", self.node, target.plan, status.state, status.message)
+        return status
+
+    @staticmethod
+    def _answered(raw: str | None, plan: str) -> bool:
+        if not raw:
+            return False
+        try:
+            status = decode_status(raw)
+        except (ValueError, TypeError):
+            return False  # damaged or another version's: answer again
+        return status.plan == plan and status.state != "applying"
+
+    def _apply(self, target: Target) -> Status:
+        try:
+            result = self.applier.apply(target.gpus)
+        except MigctlError as e:  # bad target, kubelet or NVML unreadable, an undo that failed: nothing changed
+            return Status(target.plan, "failed", str(e))
+        if result.changed:
+            try:
+                self.readvertise(self.kube.read_node(self.node))
+            except KubeError as e:
+                return self._status(target.plan, result, "failed", f"re-advertise failed: {e}")
+        states: dict[int, State] = {OK: "applied", BLOCKED: "blocked"}
+        state = states.get(result.exit_code, "failed")
+        message = "; ".join([*result.notes, *(g.message for g in result.gpus if g.message), result.caps_error])
+        return self._status(target.plan, result, state, message.strip("; "))
+
+    @staticmethod
+    def _status(plan: str, result: Result, state: State, message: str) -> Status:
+        gpus = {g.index: tuple(Held(f.profile, f.start, f.size, f.in_use) for f in g.instances) for g in result.gpus}
+        return Status(plan, state, message, gpus)
+
+    def readvertise(self, node: Mapping[str, Any]) -> str:
+        """Flip the device plugin's config label to the other name; returns the value written."""
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        a, b = self.configs
+        value = b if labels.get(DEVICE_PLUGIN_CONFIG) == a else a
+        self.kube.patch_node(self.node, {"metadata": {"labels": {DEVICE_PLUGIN_CONFIG: value}}}, "re-advertise on")
+        log.info("node %s: %s=%s (the device plugin re-enumerates)", self.node, DEVICE_PLUGIN_CONFIG, value)
+        return value
