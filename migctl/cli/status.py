@@ -45,6 +45,7 @@ class NodeStatus:
     models: list[str]
     actuation: str
     gpus: list[dict[str, Any]]  # [{"index": 0, "layout": "3g.40gb + 4g.40gb"}]; empty when unknown
+    target: list[dict[str, Any]] | None  # the GPUs an in-flight change is reaching, same shape (None: no change)
     phase: str | None  # the controller's phase while it changes the node, else None
     phase_since: float | None  # Unix seconds
     phase_problem: str  # why a phase annotation is unreadable ("" when all are readable)
@@ -55,6 +56,10 @@ class NodeStatus:
 
 def gpu_layout(config: GpuConfig) -> str:
     return describe(config.layout) if config.mig_enabled else "MIG disabled"
+
+
+def _layouts(gpus: Mapping[int, GpuConfig]) -> list[dict[str, Any]]:
+    return [{"index": i, "layout": gpu_layout(gpus[i])} for i in sorted(gpus)]
 
 
 def _models(node: Node) -> list[str]:
@@ -94,7 +99,8 @@ def node_status(obj: Mapping[str, Any], node: Node | None, now: float, problem: 
         node=str(meta.get("name") or ""),
         models=_models(node) if node is not None else [],
         actuation=IN_PLACE if in_place else STOCK,
-        gpus=[{"index": g.index, "layout": gpu_layout(g.config)} for g in node.gpus] if node is not None else [],
+        gpus=_layouts({g.index: g.config for g in node.gpus}) if node is not None else [],
+        target=_layouts(state.target.gpus) if in_flight and state.target is not None else None,
         phase=state.phase if in_flight else None,
         phase_since=state.since if in_flight else None,
         phase_problem=state.problem if in_flight else "",
@@ -160,7 +166,8 @@ def render_table(rows: Sequence[NodeStatus], now: float) -> str:
         since = NONE if r.phase_since is None else age(now - r.phase_since)
         error = NONE if not r.last_error else _cut(r.last_error, ERROR_WIDTH)
         models = ",".join(m.replace(" ", "-") for m in r.models) or "?"  # a cell has no spaces
-        cells.append((r.node, models, r.actuation, layout_cell(r.gpus), phase, since, error))
+        layout = layout_cell(r.gpus) + (f"->{layout_cell(r.target)}" if r.target else "")
+        cells.append((r.node, models, r.actuation, layout, phase, since, error))
     return table(HEADERS, cells)
 
 
@@ -185,8 +192,8 @@ def status_command(
     profiles_dirs: tuple[Path, ...],
     output: str,
 ) -> None:
-    """One line per GPU node: models, actuation path, layout per GPU, phase and since when, last error.
-    Read-only."""
+    """One line per GPU node: models, actuation path, layout per GPU (`->` the layout a change in flight is
+    reaching), phase and since when, last error. Read-only."""
     cfg = load_config(config_file)
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
     if snapshot_file is not None:

@@ -74,12 +74,13 @@ def test_a_node_mid_change_shows_its_phase_and_since_when() -> None:
     assert row["phase"] == APPLYING
     assert row["phase_since"] == pytest.approx(since, abs=0.001)
     assert row["phase_problem"] == ""
+    assert row["target"] == [{"index": 0, "layout": "2×3g.40gb"}, {"index": 1, "layout": "7×1g.10gb"}]
     assert row["frozen"]  # the snapshot leaves a node mid-change alone: status says so
 
 
 def test_an_idle_node_has_no_phase() -> None:
     (row,) = rows(h100("idle"))
-    assert row["phase"] is None and row["phase_since"] is None and row["last_error"] is None
+    assert row["phase"] is None and row["phase_since"] is None and row["last_error"] is None and row["target"] is None
 
 
 def test_after_a_rollback_the_last_error_is_shown_whole_in_json_and_cut_in_the_table(tmp_path: Path) -> None:
@@ -139,7 +140,9 @@ def test_table_has_kubectl_get_columns(tmp_path: Path) -> None:
     assert header.split() == ["NODE", "MODELS", "ACTUATION", "LAYOUT", "PHASE", "SINCE", "LAST-ERROR"]
     assert first.split() == ["n1", "NVIDIA-H100-80GB-HBM3", "mig-manager", "0-1:7×1g.10gb", "<none>", "<none>",
                              "<none>"]  # fmt: skip
-    assert second.split()[0] == "n2" and second.split()[4] == APPLYING and second.split()[5] in ("30s", "31s")
+    name, _, _, layout, phase, since, error = second.split()
+    assert (name, layout, phase, error) == ("n2", "0-1:7×1g.10gb->0:2×3g.40gb;1:7×1g.10gb", APPLYING, "<none>")
+    assert since in ("30s", "31s")
 
 
 def test_layout_cell_folds_runs_of_equal_gpus_only_when_consecutive() -> None:
