@@ -86,11 +86,16 @@ def _in_place_status(annotations: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"plan": status.plan, "state": status.state, "message": status.message}
 
 
+def _map(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """metadata.labels or .annotations; a snapshot file may hold anything there (the snapshot warns about it)."""
+    value = meta.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def node_status(obj: Mapping[str, Any], node: Node | None, now: float, problem: str = "") -> NodeStatus:
     """One node's status from its object and, when the snapshot could read it, its snapshot node."""
     meta = meta_of(obj)
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
+    annotations, labels = _map(meta, "annotations"), _map(meta, "labels")
     state = read_state(annotations, now)
     in_flight = state.in_flight
     in_place = node.in_place if node is not None else labels.get(ACTUATION) == IN_PLACE
@@ -121,8 +126,7 @@ def statuses(objects: Iterable[Mapping[str, Any]], snapshot: Snapshot, now: floa
             continue
         meta = meta_of(obj)
         name = str(meta.get("name") or "")
-        annotations = meta.get("annotations") or {}
-        ours = any(k in annotations for k in (*PHASE_ANNOTATIONS, LAST_ERROR))
+        ours = any(k in _map(meta, "annotations") for k in (*PHASE_ANNOTATIONS, LAST_ERROR))
         if name in nodes or ours:
             out[name] = node_status(obj, nodes.get(name), now, problems.get(name, ""))
     return [out[k] for k in sorted(out)]

@@ -133,6 +133,15 @@ def test_a_node_the_snapshot_skips_is_still_listed_when_migctl_left_an_error_on_
     assert "not in the profile catalog" in row["frozen"]
 
 
+def test_a_snapshot_file_with_malformed_metadata_is_read_without_a_crash(tmp_path: Path) -> None:
+    odd = h100("odd")
+    odd["metadata"]["annotations"] = ["not", "a", "map"]
+    odd["metadata"]["labels"] = "nor this"
+    code, out, err = run_cli(tmp_path, odd, h100("fine", **{LAST_ERROR: "x"}))
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["fine"]
+
+
 def test_table_has_kubectl_get_columns(tmp_path: Path) -> None:
     code, out, _ = run_cli(tmp_path, h100("n2", **in_flight(time.time() - 30)), h100("n1"))
     assert code == 0
