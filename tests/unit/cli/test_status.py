@@ -135,7 +135,7 @@ def test_a_node_the_snapshot_skips_is_still_listed_when_migctl_left_an_error_on_
 
 def test_a_snapshot_file_with_malformed_metadata_is_read_without_a_crash(tmp_path: Path) -> None:
     odd = h100("odd")
-    odd["metadata"]["annotations"] = ["not", "a", "map"]
+    odd["metadata"]["annotations"] = [LAST_ERROR, "a list, not a map"]
     odd["metadata"]["labels"] = "nor this"
     code, out, err = run_cli(tmp_path, odd, h100("fine", **{LAST_ERROR: "x"}))
     assert code == 0, err
