@@ -136,6 +136,17 @@ def test_promtool_unit_tests_catch_a_wrong_threshold(rendered: list[Obj], promto
     assert test.returncode != 0 and "MigctlReconcilesFailing" in test.stdout + test.stderr
 
 
+def test_helm_lint_with_both_on_and_the_schema_refuses_bad_values(helm: Path) -> None:
+    lint = subprocess.run([str(helm), "lint", str(CHART), *BOTH_ON], capture_output=True, text=True, check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    for bad, field in (("controller.prometheusRule.runbookUrl=docs/troubleshooting.md", "runbookUrl"),
+                       ("controller.grafanaDashboard.sidecarLabel=has space", "sidecarLabel"),
+                       ("controller.prometheusRule.enable=true", "enable")):  # fmt: skip
+        res = subprocess.run([str(helm), "template", "x", str(CHART), "--set", bad], capture_output=True, text=True,
+                             check=False)  # fmt: skip
+        assert res.returncode != 0 and field in res.stderr, (bad, res.stderr)
+
+
 def test_runbook_urls_use_the_configured_page(helm: Path) -> None:
     objs = render(helm, *BOTH_ON, "--set", "controller.prometheusRule.runbookUrl=https://wiki.example/migctl/")
     urls = [r["annotations"]["runbook_url"] for g in rule_groups(objs) for r in g["rules"]]
