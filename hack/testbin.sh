@@ -113,8 +113,9 @@ if [[ ! -x "$mig_parted" ]]; then
   log "built nvidia-mig-parted in $((SECONDS - start))s"
 fi
 
-# promtool: pure Go. Prometheus tags its Go module v0.<minor*100+...>: v0.316.0 is Prometheus 3.16.0; the
-# wrapper module pins it (and its dependencies) like the others.
+# promtool: pure Go. Prometheus tags its Go module v0.<major><minor as two digits>.<patch>: v0.316.0 is
+# Prometheus 3.16.0. The wrapper module pins it and its dependencies like the others; it needs Go >= 1.26.7
+# (Prometheus's own go.mod says so).
 if [[ ! -x "$promtool" ]]; then
   mkdir -p "$(dirname "$promtool")"
   log "building promtool (Prometheus module v${PROMETHEUS_VERSION})"
