@@ -23,15 +23,14 @@ def test_the_wheel_declares_both_entry_points(wheel: Path) -> None:  # noqa: F81
 
 
 def test_the_installed_kubectl_migctl_script_runs_status_and_plan(wheel: Path, tmp_path: Path) -> None:  # noqa: F811
-    prefix = tmp_path / "prefix"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(prefix), str(wheel)], check=True
-    )
-    script = prefix / "bin" / "kubectl-migctl"
+    # --target, never --prefix: pip install --prefix uninstalls the migctl of the running environment first
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", "--target",
+                    str(target), str(wheel)], check=True)  # fmt: skip
+    script = target / "bin" / "kubectl-migctl"
     assert script.exists()
     deps = [p for p in sys.path if "site-packages" in p]
-    (site,) = prefix.glob("lib/python*/site-packages")
-    env = {"PYTHONPATH": ":".join([str(site), *deps])}
+    env = {"PYTHONPATH": ":".join([str(target), *deps])}
     example = ROOT / "migctl" / "examples" / "cluster-snapshot.yaml"
     res = subprocess.run([sys.executable, str(script), "status", "--snapshot", str(example)], env=env,
                          cwd=tmp_path, capture_output=True, text=True, check=False)  # fmt: skip
