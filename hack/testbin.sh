@@ -2,11 +2,13 @@
 # Build the test-only control plane (kube-apiserver, kube-scheduler, etcd, kwok, helm) from Go modules,
 # only when missing, into a cache directory keyed by the pinned versions. Prints that directory on stdout.
 # NVIDIA's nvidia-mig-parted (the external check of every config migctl writes) is built too, into its own
-# cache directory keyed by its version, so adding or bumping it never rebuilds the control plane.
+# cache directory keyed by its version, so adding or bumping it never rebuilds the control plane. Prometheus's
+# promtool (the check of the chart's alert rules and of the dashboard's PromQL) is built the same way.
 #
 #   hack/testbin.sh              build what is missing, print the bin dir
 #   hack/testbin.sh --path       print the bin dir, build nothing (exit 1 when incomplete)
 #   hack/testbin.sh --mig-parted print the nvidia-mig-parted binary, build nothing (exit 1 when missing)
+#   hack/testbin.sh --promtool   print the promtool binary, build nothing (exit 1 when missing)
 #
 # The wrapper modules in hack/testbin/*/ carry the full `replace` block k8s.io/kubernetes needs
 # (docs/testing.md explains why). Binaries never enter the repository.
@@ -24,6 +26,7 @@ tools=(kube-apiserver kube-scheduler etcd kwok helm)
 # kustomize/stage/ tree as config. We copy the version-matched "fast" node/pod stages plus heartbeat.
 stages=kwok-stages.yaml
 mig_parted="$cache_root/mig-parted-${MIG_PARTED_VERSION}/nvidia-mig-parted"
+promtool="$cache_root/promtool-${PROMETHEUS_VERSION}/promtool"
 
 complete() {
   local t
@@ -43,7 +46,13 @@ if [[ "${1:-}" == "--mig-parted" ]]; then
   exit 0
 fi
 
-if complete && [[ -x "$mig_parted" ]]; then
+if [[ "${1:-}" == "--promtool" ]]; then
+  [[ -x "$promtool" ]] || exit 1
+  echo "$promtool"
+  exit 0
+fi
+
+if complete && [[ -x "$mig_parted" ]] && [[ -x "$promtool" ]]; then
   echo "$bin"
   exit 0
 fi
@@ -102,6 +111,19 @@ if [[ ! -x "$mig_parted" ]]; then
     github.com/NVIDIA/mig-parted/cmd/nvidia-mig-parted)
   mv "$mig_parted.tmp" "$mig_parted"
   log "built nvidia-mig-parted in $((SECONDS - start))s"
+fi
+
+# promtool: pure Go. Prometheus tags its Go module v0.<major><minor as two digits>.<patch>: v0.316.0 is
+# Prometheus 3.16.0. The wrapper module pins it and its dependencies like the others; it needs Go >= 1.26.7
+# (Prometheus's own go.mod says so).
+if [[ ! -x "$promtool" ]]; then
+  mkdir -p "$(dirname "$promtool")"
+  log "building promtool (Prometheus module v${PROMETHEUS_VERSION})"
+  start=$SECONDS
+  (cd "$here/testbin/promtool" && go build -o "$promtool.tmp" -ldflags "-s -w \
+-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION}" github.com/prometheus/prometheus/cmd/promtool)
+  mv "$promtool.tmp" "$promtool"
+  log "built promtool in $((SECONDS - start))s"
 fi
 
 complete

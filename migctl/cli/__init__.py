@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "profiles": ("migctl.cli.profiles", "profiles"),
     "run": ("migctl.cli.run", "run_command"),
     "simulate": ("migctl.cli.simulate", "simulate_command"),
+    "status": ("migctl.cli.status", "status_command"),
     "webhook": ("migctl.cli.webhook", "webhook_command"),
 }
 
@@ -65,6 +66,12 @@ def version() -> None:
 
 def main() -> None:
     cli(prog_name="migctl")
+
+
+def kubectl_main() -> None:
+    """The `kubectl-migctl` entry point: kubectl runs it for `kubectl migctl ...` (a kubectl plugin is any
+    executable named kubectl-<name> on PATH). The same commands; usage and errors say `kubectl migctl`."""
+    cli(prog_name="kubectl migctl")
 
 
 if __name__ == "__main__":  # pragma: no cover

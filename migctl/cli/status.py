@@ -1,0 +1,220 @@
+"""`migctl status` (and `kubectl migctl status`): one line per GPU node, read from the live cluster; changes nothing.
+
+Every value comes from a reader that already exists, so status says what the controller itself reads: the node's
+model and per-GPU layout from the planner's snapshot (`adapters.objects`: the `migctl.io/layout` annotation, else the
+node agent's inventory, else the mig-parted config the label names), the phase from the controller's strict decoder
+of its phase annotations (`controller.nodestate.read_state`), and on in-place nodes the agent's answer
+(`wire.inplace.decode_status`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from migctl.adapters.objects import load_objects, snapshot_from_objects
+from migctl.adapters.pods import meta_of
+from migctl.cli.output import OUTPUT_OPTION, emit_json, fail, table
+from migctl.cli.profiles import PROFILES_DIR_OPTION
+from migctl.config import load_config
+from migctl.controller.nodestate import PHASE_ANNOTATIONS, read_state
+from migctl.core.catalog import load_catalog
+from migctl.core.cluster import Node, Snapshot
+from migctl.core.geometry import describe
+from migctl.core.migparted import GpuConfig
+from migctl.errors import MigctlError
+from migctl.wire import inplace
+from migctl.wire.names import ACTUATION, GPU_PRODUCT, IN_PLACE, IN_PLACE_STATUS, LAST_ERROR
+
+STOCK = "mig-manager"  # the actuation path of a node without the label (the GPU Operator's mig-manager)
+NONE = "<none>"  # what `kubectl get` prints for an empty cell
+ERROR_WIDTH = 60  # the text table's last-error column; -o json has it whole
+HEADERS = ("NODE", "MODELS", "ACTUATION", "LAYOUT", "PHASE", "SINCE", "LAST-ERROR")
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What `migctl status` says of one node (the `-o json` row)."""
+
+    node: str
+    models: list[str]
+    actuation: str
+    gpus: list[dict[str, Any]]  # [{"index": 0, "layout": "3g.40gb + 4g.40gb"}]; empty when unknown
+    target: list[dict[str, Any]] | None  # the GPUs an in-flight change is reaching, same shape (None: no change)
+    phase: str | None  # the controller's phase while it changes the node, else None
+    phase_since: float | None  # Unix seconds
+    phase_problem: str  # why a phase annotation is unreadable ("" when all are readable)
+    last_error: str | None
+    frozen: str  # why the planner leaves the node alone now ("" when it may change it)
+    in_place_status: dict[str, Any] | None  # the agent's last answer on an in-place node
+
+
+def gpu_layout(config: GpuConfig) -> str:
+    return describe(config.layout) if config.mig_enabled else "MIG disabled"
+
+
+def _layouts(gpus: Mapping[int, GpuConfig]) -> list[dict[str, Any]]:
+    return [{"index": i, "layout": gpu_layout(gpus[i])} for i in sorted(gpus)]
+
+
+def _models(node: Node) -> list[str]:
+    """The GPU product as GPU Feature Discovery labels it (what `kubectl get nodes` users know), else the catalog's
+    model the snapshot matched (from the agent's NVML names or PCI ids)."""
+    product = node.labels.get(GPU_PRODUCT)
+    if product:
+        return [product]
+    if node.model is not None:
+        return [node.model.id]
+    if node.card is not None:
+        return [node.card.nvml_names[0]]
+    return []
+
+
+def _in_place_status(annotations: Mapping[str, Any]) -> dict[str, Any] | None:
+    raw = annotations.get(IN_PLACE_STATUS)
+    if raw is None:
+        return None
+    try:
+        status = inplace.decode_status(str(raw))
+    except ValueError as e:  # UnknownVersionError included: say so, do not guess
+        return {"unreadable": f"{IN_PLACE_STATUS}: {e}"}
+    return {"plan": status.plan, "state": status.state, "message": status.message}
+
+
+def _map(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """metadata.labels or .annotations; a snapshot file may hold anything there (the snapshot warns about it)."""
+    value = meta.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def node_status(obj: Mapping[str, Any], node: Node | None, now: float, problem: str = "") -> NodeStatus:
+    """One node's status from its object and, when the snapshot could read it, its snapshot node."""
+    meta = meta_of(obj)
+    annotations, labels = _map(meta, "annotations"), _map(meta, "labels")
+    state = read_state(annotations, now)
+    in_flight = state.in_flight
+    in_place = node.in_place if node is not None else labels.get(ACTUATION) == IN_PLACE
+    last_error = annotations.get(LAST_ERROR)
+    return NodeStatus(
+        node=str(meta.get("name") or ""),
+        models=_models(node) if node is not None else [],
+        actuation=IN_PLACE if in_place else STOCK,
+        gpus=_layouts({g.index: g.config for g in node.gpus}) if node is not None else [],
+        target=_layouts(state.target.gpus) if in_flight and state.target is not None else None,
+        phase=state.phase if in_flight else None,
+        phase_since=state.since if in_flight else None,
+        phase_problem=state.problem if in_flight else "",
+        last_error=None if last_error is None else str(last_error),
+        frozen=node.frozen_reason if node is not None else problem or "not read as a GPU node",
+        in_place_status=_in_place_status(annotations) if in_place else None,
+    )
+
+
+def statuses(objects: Iterable[Mapping[str, Any]], snapshot: Snapshot, now: float) -> list[NodeStatus]:
+    """Every GPU node of the snapshot, and every other node that carries migctl's phase or last-error annotations
+    (a node the snapshot skipped, e.g. for a bad label, may still be mid-change), sorted by name."""
+    nodes = {n.name: n for n in snapshot.nodes}
+    problems = {name: what for kind, name, what in snapshot.problems if kind == "Node"}
+    out: dict[str, NodeStatus] = {}
+    for obj in objects:
+        if obj.get("kind") != "Node":
+            continue
+        meta = meta_of(obj)
+        name = str(meta.get("name") or "")
+        ours = any(k in _map(meta, "annotations") for k in (*PHASE_ANNOTATIONS, LAST_ERROR))
+        if name in nodes or ours:
+            out[name] = node_status(obj, nodes.get(name), now, problems.get(name, ""))
+    return [out[k] for k in sorted(out)]
+
+
+def age(seconds: float) -> str:
+    """`kubectl get`'s AGE: 45s, 3m12s, 5h4m, 2d3h."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60}s" if s < 600 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60}m" if s < 36000 else f"{s // 3600}h"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def layout_cell(gpus: Sequence[Mapping[str, Any]]) -> str:
+    """Per GPU, runs of consecutive GPUs with one layout folded: `0-6:1g.10gb×7;7:7g.80gb`."""
+    if not gpus:
+        return "unknown"
+    runs: list[tuple[int, int, str]] = []
+    for g in gpus:
+        index, text = int(g["index"]), str(g["layout"]).replace(" ", "")
+        if runs and runs[-1][2] == text and runs[-1][1] == index - 1:
+            runs[-1] = (runs[-1][0], index, text)
+        else:
+            runs.append((index, index, text))
+    return ";".join(f"{a}:{t}" if a == b else f"{a}-{b}:{t}" for a, b, t in runs)
+
+
+def _cut(text: str, width: int) -> str:
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= width else one_line[: width - 3] + "..."
+
+
+def render_table(rows: Sequence[NodeStatus], now: float) -> str:
+    cells = []
+    for r in rows:
+        phase = NONE if r.phase is None else (r.phase or "?") + (" (unreadable)" if r.phase_problem else "")
+        since = NONE if r.phase_since is None else age(now - r.phase_since)
+        error = NONE if not r.last_error else _cut(r.last_error, ERROR_WIDTH)
+        models = ",".join(m.replace(" ", "-") for m in r.models) or "?"  # a cell has no spaces
+        layout = layout_cell(r.gpus) + (f"->{layout_cell(r.target)}" if r.target else "")
+        cells.append((r.node, models, r.actuation, layout, phase, since, error))
+    return table(HEADERS, cells)
+
+
+@click.command("status")
+@click.option("--kubeconfig", type=click.Path(path_type=Path), help="Default: in-cluster, then KUBECONFIG or "
+              "~/.kube/config.")  # fmt: skip
+@click.option("--context", help="kubeconfig context.")
+@click.option(
+    "--snapshot",
+    "snapshot_file",
+    type=click.Path(path_type=Path),
+    help="Read `kubectl get nodes,pods,configmaps -A -o yaml` output instead of the cluster.",
+)
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="migctl config file (YAML).")
+@PROFILES_DIR_OPTION
+@OUTPUT_OPTION
+def status_command(
+    kubeconfig: Path | None,
+    context: str | None,
+    snapshot_file: Path | None,
+    config_file: Path | None,
+    profiles_dirs: tuple[Path, ...],
+    output: str,
+) -> None:
+    """One line per GPU node: models, actuation path, layout per GPU (`->` the layout a change in flight is
+    reaching), phase and since when, last error. Read-only."""
+    cfg = load_config(config_file)
+    catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
+    if snapshot_file is not None:
+        objects = load_objects(snapshot_file)
+        source = str(snapshot_file)
+    else:
+        from migctl.adapters.kube import api_client, read_objects
+
+        try:
+            objects = read_objects(api_client(str(kubeconfig) if kubeconfig else None, context), cfg.gpu_operator)
+        except MigctlError as e:
+            fail(str(e))
+        source = "live cluster"
+    snapshot = snapshot_from_objects(objects, catalog, cfg.planner, cfg.gpu_operator, source)
+    now = time.time()
+    rows = statuses(objects, snapshot, now)
+    if output == "json":
+        emit_json({"source": source, "time": now, "nodes": [asdict(r) for r in rows]})
+        return
+    click.echo(render_table(rows, now) if rows else "No GPU nodes found.")

@@ -1,0 +1,110 @@
+"""The chart's Grafana dashboard and alert rules, read as files (no tools): the dashboard's structure, its templating
+on the datasource and the namespace, and every runbook_url anchor is a section of docs/troubleshooting.md.
+
+What needs the real tools is in tests/cluster/test_observability.py: helm renders both, promtool parses every
+expression and unit-tests the alerts, and a live controller's /metrics exports every metric they name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "deploy" / "helm" / "migctl"
+DASHBOARD = CHART / "dashboards" / "migctl.json"
+RULES_TEMPLATE = CHART / "templates" / "prometheusrule.yaml"
+TROUBLESHOOTING = ROOT / "docs" / "troubleshooting.md"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, rows' nested ones included."""
+    out = []
+    for p in dash["panels"]:
+        out.append(p)
+        out.extend(p.get("panels", []))
+    return out
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.fixture(scope="module")
+def dash() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return data
+
+
+def test_panel_ids_are_unique_and_every_query_panel_has_a_datasource_and_targets(dash: dict[str, Any]) -> None:
+    ids = Counter(p["id"] for p in panels(dash))
+    assert all(isinstance(i, int) for i in ids) and max(ids.values()) == 1, ids
+    queries = [p for p in panels(dash) if p["type"] != "row"]
+    assert len(queries) >= 15
+    for p in queries:
+        assert p["datasource"] == DATASOURCE, p["title"]
+        assert p["targets"], p["title"]
+        assert len({t["refId"] for t in p["targets"]}) == len(p["targets"]), p["title"]
+        for t in p["targets"]:
+            assert t["datasource"] == DATASOURCE, (p["title"], t["refId"])
+            assert t["expr"].strip(), (p["title"], t["refId"])
+
+
+def test_every_metric_selector_is_limited_to_the_chosen_namespace(dash: dict[str, Any]) -> None:
+    for p in panels(dash):
+        for t in p.get("targets", []):
+            for selector in re.findall(r"migctl_[a-z_]+(\{[^}]*\})?", t["expr"]):
+                assert 'namespace=~"$namespace"' in selector, (p["title"], t["expr"])
+
+
+def test_templated_on_the_prometheus_datasource_and_the_namespace(dash: dict[str, Any]) -> None:
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    ns = variables["namespace"]
+    assert ns["type"] == "query" and ns["datasource"] == DATASOURCE
+    assert ns["definition"] == "label_values(migctl_leader, namespace)" == ns["query"]["query"]
+
+
+def test_panels_do_not_overlap_on_the_grid(dash: dict[str, Any]) -> None:
+    cells: dict[tuple[int, int], str] = {}
+    for p in dash["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+
+
+def test_the_dashboard_shows_what_issue_34_asks_for(dash: dict[str, Any]) -> None:
+    exprs = " ".join(t["expr"] for p in panels(dash) for t in p.get("targets", []))
+    for metric in ("migctl_stranded_mib", "migctl_pending_gpu_pods", "migctl_pending_vram_demand_mib",
+                   "migctl_reconfigurations_started_total", "migctl_reconfigurations_succeeded_total",
+                   "migctl_reconfigurations_failed_total", "migctl_reconfiguration_seconds_bucket",
+                   "migctl_nodes_reconfiguring", "migctl_guard_refusals", "migctl_rejected_objects",
+                   "migctl_plan_seconds_bucket", "migctl_leader"):  # fmt: skip
+        assert metric in exprs, metric
+    assert "by (model)" in exprs and "by (cause)" in exprs
+
+
+def test_every_runbook_url_points_at_a_section_of_troubleshooting_md() -> None:
+    anchors = re.findall(r'printf "%s#([^"]+)" \$runbook', RULES_TEMPLATE.read_text())
+    alerts = re.findall(r"^\s+- alert: (\w+)$", RULES_TEMPLATE.read_text(), re.M)
+    assert len(anchors) == len(alerts) >= 9
+    headings = {github_anchor(h) for h in re.findall(r"^#{2,3} (.+)$", TROUBLESHOOTING.read_text(), re.M)}
+    missing = sorted(set(anchors) - headings)
+    assert not missing, f"runbook anchors with no section in docs/troubleshooting.md: {missing}"
+
+
+def test_github_anchor_matches_githubs_rule() -> None:
+    assert github_anchor("A plan says `planning stopped at planner.work_budget`") == (
+        "a-plan-says-planning-stopped-at-plannerwork_budget"
+    )
+    assert github_anchor("A node is stuck in `pending`") == "a-node-is-stuck-in-pending"
