@@ -1,16 +1,17 @@
-"""The controller: cache + leader election + an apscheduler loop that plans and hands nodes to the actuator.
+"""The controller: cache + leader election + an apscheduler loop that plans and executes what reconcile.py decides.
 
 Triggers: a periodic full reconcile (`resync_interval_s`), a throttled reconcile `debounce_s` after a watch event
 that can change a plan, and a wake-up when the batching window closes. One reconcile at a time (a trigger that
 arrives meanwhile runs once more afterwards). A reconcile, on the leader only:
   1. resumes every node with a `migctl.io/phase` annotation that no worker drives (restarts, failover) and
      removes a migctl taint left without a phase (hand-edited nodes);
-  2. builds the snapshot from the cache, leaving out opted-out namespaces/pods and the pending pods an
-     in-flight (or just finished) reconfiguration is for, and freezes the nodes guard rails hold;
-  3. plans; once demand has settled (batching window), lets `guards.select` pick the node changes that may start
-     and starts each on its own worker thread (or, in dry run, only logs and emits Events);
-  4. publishes metrics and Events on pending pods (planned where, or why not).
-Leadership loss sets the term's stop flag: every worker stops before its next write.
+  2. builds the snapshot (snapshots.py) and freezes the nodes guard rails hold and the in-place nodes it must
+     refuse (reconcile.refusals);
+  3. plans; once demand has settled (batching window), `reconcile.decide` says which node changes start, on which
+     path (mig-manager or in-place); each starts on its own worker thread (dry run: only Events);
+  4. publishes metrics and Events (reporting.py).
+The decisions are pure (reconcile.py); this module only watches, leads and executes. Leadership loss sets the
+term's stop flag: every worker stops before its next write.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.events import EventSink
-from migctl.controller.guards import BatchWindow, EvictionLedger, NodeRecord, holds
+from migctl.controller.guards import BatchWindow, EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
-from migctl.controller.reconcile import NodeFacts, Start, decide, freeze, refusals, reserved_pods, resumptions
+from migctl.controller.reconcile import NodeFacts, Start, decide, freeze, frozen_nodes, reserved_pods, resumptions
 from migctl.controller.reporting import Reporter
 from migctl.controller.snapshots import build_snapshot
 from migctl.core.catalog import Catalog, load_catalog
@@ -316,22 +317,12 @@ class Controller:
         snapshot, opted_out = build_snapshot(
             self.cache, self.config, self.catalog, self.conversions, reserved, self.in_place_selector
         )
-        records = [NodeRecord.from_annotations(f.name, f.annotations) for f in facts.values()]
-        refused = refusals(list(facts.values()), self.settings)
-        held = {n: f"guard rail: {why}" for n, why in holds(records, now, self.settings, in_flight).items()}
-        snapshot = freeze(snapshot, {**refused, **held})
+        refused, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
+        snapshot = freeze(snapshot, frozen)
         self.reporter.refused(refused)
-        result = make_plan(snapshot, self.config.planner)
-        self.metrics.plan_seconds.observe(time.perf_counter() - started)
-        self.metrics.plans.inc()
-        self.metrics.last_plan.set(time.time())
-        if result.budget_exhausted:
-            self.metrics.budget_exhausted.inc()
-            log.warning("plan stopped at planner.work_budget (%d work units): best plan so far", result.work_units)
-        self.reporter.invalid(snapshot)
-        self.last_plan = result
+        result = self.last_plan = make_plan(snapshot, self.config.planner)
+        self.reporter.planned(snapshot, result, time.perf_counter() - started)
         plan_id = "p" + hashlib.sha256(json.dumps(result.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
-        self.reporter.publish(snapshot, result)
 
         # 3. batching window, then the pure decisions (reconcile.py), executed here
         demand = frozenset(p.key for p in snapshot.pending)

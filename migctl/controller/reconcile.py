@@ -25,7 +25,7 @@ from typing import Any
 from migctl.config import ControllerSettings
 from migctl.config.selector import LabelSelector
 from migctl.controller.actuator import abandoned
-from migctl.controller.guards import Candidate, Decision, select
+from migctl.controller.guards import Candidate, Decision, NodeRecord, holds, select
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target, UnreadableError, read_state
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import NodePlan, Plan
@@ -147,6 +147,16 @@ def refusals(facts: Collection[NodeFacts], settings: ControllerSettings) -> dict
             if why:
                 out[f.name] = why
     return out
+
+
+def frozen_nodes(
+    facts: Collection[NodeFacts], now: float, settings: ControllerSettings, in_flight: Collection[str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(refused in-place nodes, every node the planner must leave alone now) with why: refusals and guard rails."""
+    refused = refusals(facts, settings)
+    records = [NodeRecord.from_annotations(f.name, f.annotations) for f in facts]
+    held = {n: f"guard rail: {why}" for n, why in holds(records, now, settings, in_flight).items()}
+    return refused, {**refused, **held}
 
 
 def freeze(snapshot: Snapshot, reasons: Mapping[str, str]) -> Snapshot:

@@ -5,6 +5,9 @@ Split from loop.py so the loop keeps only watching, leadership and executing.
 
 from __future__ import annotations
 
+import logging
+import time
+
 from migctl.config import ControllerSettings
 from migctl.controller import events as ev
 from migctl.controller.events import EventSink
@@ -14,6 +17,7 @@ from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
 from migctl.wire.names import IN_PLACE
 
+log = logging.getLogger("migctl.controller.loop")
 MAX_NOTES = 20000  # pods remembered; past it, the memory starts over (a repeated Event, never a lost one)
 
 
@@ -25,6 +29,17 @@ class Reporter:
         self._pod_notes: dict[str, str] = {}
         self._object_notes: dict[tuple[str, str], str] = {}
         self._node_notes: dict[str, str] = {}
+
+    def planned(self, snapshot: Snapshot, result: Plan, seconds: float) -> None:
+        """Everything a new plan updates: planning metrics, invalid objects, pending demand and stranded memory."""
+        self.metrics.plan_seconds.observe(seconds)
+        self.metrics.plans.inc()
+        self.metrics.last_plan.set(time.time())
+        if result.budget_exhausted:
+            self.metrics.budget_exhausted.inc()
+            log.warning("plan stopped at planner.work_budget (%d work units): best plan so far", result.work_units)
+        self.invalid(snapshot)
+        self.publish(snapshot, result)
 
     def publish(self, snapshot: Snapshot, result: Plan) -> None:
         m = self.metrics
