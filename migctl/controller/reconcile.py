@@ -227,7 +227,8 @@ def decide(
             paused=paused,
             protected_pods=protected_pods,
         ):
-            decided[d.node] = d
+            renamed = path == IN_PLACE and not d.start and d.reason.startswith("max_concurrent_nodes")
+            decided[d.node] = Decision(d.node, False, "in_place_" + d.reason) if renamed else d  # its own name
             if d.start:
                 budget_used += len(evictions.get(d.node, ()))
     by_name = {n.name: n for n in snapshot.nodes}
