@@ -145,6 +145,7 @@ def test_pods_that_need_new_instances_run_after_a_short_in_place_window(
     window = float(next(ln.split()[-1] for ln in body.splitlines() if ln.startswith("migctl_in_place_window_s")
                         and "_sum" in ln))  # fmt: skip
     seen = watch.tainted_seconds()
+    print(f"in-place window: metric {window:.2f} s, taint seen {seen:.2f} s (simulated agent, plugin lag 0.5 s)")
     assert 0 < seen <= window + 0.5 and window < 10, (seen, window)  # only the window, and seconds, not minutes
     offs = watch.untainted_with()  # the taint came off once, and only after allocatable listed the new instances
     assert len(offs) == 1 and offs[0].get("nvidia.com/mig-3g.40gb") == "2", offs
