@@ -216,8 +216,10 @@ class InPlaceSteps(ActuatorBase):
                 break
             if self.clock() - since >= timeout:
                 why = f"the device plugin did not advertise the new instances within {timeout:.0f} s: {problem}"
-                applied = wire.Status(target.plan_id, "applied")
-                return self._end(name, target, "timeout", why, applied, layout=dict(target.gpus))
+                status, _ = read_status(annotations_of(node), target.plan_id)
+                if status is not None and status.gpus:  # what the agent says the GPUs hold: the truth about them
+                    return self._end(name, target, "timeout", why, status)
+                return self._end(name, target, "timeout", why, None, layout=dict(target.gpus))
             self._sleep()
         self._step(name, "in-place-advertised")
         return self._end(name, target, "applied", "", None, layout=dict(target.gpus))

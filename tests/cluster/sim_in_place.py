@@ -16,6 +16,10 @@ kwok), and each speaks only its real Kubernetes interface, so the real agent loo
 
 Faults (attributes, changeable while running): `answer` (force `blocked` or `failed` with `message`), `silent`
 (nodes whose agent never answers), `plugin_dead` (nodes whose device plugin never re-advertises).
+
+With `busy` ({node: {gpu: {profile: n}}}), the agent also publishes its NVML inventory (`migctl.io/gpus`, the real
+agent's schema: core/inventory.py) with those instances busy, so the planner knows which GPU is in use, and its
+blocked check is per GPU. `changed` records every GPU it changed: an in-use GPU must never appear there.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from typing import Any
 
 from kubernetes import client
 
+from migctl.core.geometry import geometry
+from migctl.core.inventory import GpuInfo, Inventory, MigDevice
 from migctl.core.migparted import GpuConfig
 from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
 from migctl.wire import inplace as wire
-from migctl.wire.names import DEVICE_PLUGIN_CONFIG, IN_PLACE_STATUS, IN_PLACE_TARGET
+from migctl.wire.names import DEVICE_PLUGIN_CONFIG, GPUS, IN_PLACE_STATUS, IN_PLACE_TARGET
 
 from .gpunodes import GFD_PREFIX, LAYOUTS_ANNOTATION, advertised, catalog, decode_layouts, encode_layouts, gfd_labels
 
@@ -53,11 +59,17 @@ class SimInPlaceAgent:
         self.answered: dict[str, str] = {}  # node -> last plan answered
         self.applied: list[tuple[str, str]] = []  # (node, plan)
         self.flips: list[tuple[str, str]] = []  # (node, new config label)
+        self.busy: dict[str, dict[int, dict[str, int]]] = {}
+        self.changed: list[tuple[str, int]] = []  # (node, GPU index) of every GPU the agent changed
         self._plugin_seen: dict[str, str | None] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sim-in-place", daemon=True)
 
     def __enter__(self) -> SimInPlaceAgent:
+        for name in sorted(self.busy):
+            node = self.core.read_node(name)
+            count = int((node.metadata.labels or {}).get(f"{GFD_PREFIX}gpu.count", "1"))
+            self._inventory(node, decode_layouts((node.metadata.annotations or {}).get(LAYOUTS_ANNOTATION), count))
         self._thread.start()
         return self
 
@@ -91,15 +103,17 @@ class SimInPlaceAgent:
         self._status(name, wire.Status(target.plan, "applying"))
         count = int((node.metadata.labels or {}).get(f"{GFD_PREFIX}gpu.count", "1"))
         current = decode_layouts(ann.get(LAYOUTS_ANNOTATION), count)
-        held = self._held(name)
+        node_wide = self._held(name)
         new = dict(current)
         blocked: list[str] = []
         for i, counts in sorted(target.gpus.items()):
+            held = self.busy[name].get(i, {}) if name in self.busy else node_wide
             short = [p for p, n in held.items() if counts.get(p, 0) < n and dict(current[i].layout).get(p, 0) >= n]
             if short:
                 blocked.append(f"GPU {i}: {', '.join(short)} in use")
-            else:
+            elif GpuConfig.mig(counts) != current[i]:
                 new[i] = GpuConfig.mig(counts)
+                self.changed.append((name, i))
         state = self.answer or ("blocked" if blocked else "applied")
         if state != "applied":
             why = "; ".join(blocked) or self.message
@@ -111,6 +125,8 @@ class SimInPlaceAgent:
         self.core.patch_node(name, {"metadata": {"annotations": {LAYOUTS_ANNOTATION: _encode(new)},
                                                  "labels": {DEVICE_PLUGIN_CONFIG: flip}}})  # fmt: skip
         self.flips.append((name, flip))
+        if name in self.busy:
+            self._inventory(node, new)
         self._status(name, wire.Status(target.plan, "applied", "", _holding(new)))
         self.answered[name] = target.plan
         self.applied.append((name, target.plan))
@@ -126,6 +142,28 @@ class SimInPlaceAgent:
                     if k.startswith(RESOURCE_PREFIX):
                         out[k[len(RESOURCE_PREFIX) :]] += int(v)
         return out
+
+    def _inventory(self, node: client.V1Node, gpus: dict[int, GpuConfig]) -> None:
+        """The NVML inventory the real agent publishes: instances where they sit, the first `busy` ones busy."""
+        labels = node.metadata.labels or {}
+        model = catalog().match_product(labels.get(f"{GFD_PREFIX}gpu.product", ""))
+        assert model is not None
+        infos = []
+        for i, g in sorted(gpus.items()):
+            busy = Counter(self.busy.get(node.metadata.name, {}).get(i, {}))
+            devices = []
+            for k, pl in enumerate(geometry(model).place(g.layout)):
+                prof = model.profile(pl.profile)
+                uuid = f"MIG-{node.metadata.name}-{i}-{k}"
+                devices.append(MigDevice(profile=pl.profile, profile_id=prof.profile_id or 0, gi=k + 1,
+                                         start=pl.start, size=pl.size, memory_mib=prof.memory_mib, uuid=uuid,
+                                         busy=busy[pl.profile] > 0))  # fmt: skip
+                busy[pl.profile] -= 1
+            infos.append(GpuInfo(index=i, uuid=f"GPU-{node.metadata.name}-{i}", name=model.nvml_names[0],
+                                 memory_mib=model.memory_mib, mig_capable=True, mig_enabled=True, mig_pending=True,
+                                 busy=any(d.busy for d in devices), instances=tuple(devices)))  # fmt: skip
+        inventory = Inventory(gpus=tuple(infos))
+        self.core.patch_node(node.metadata.name, {"metadata": {"annotations": {GPUS: inventory.to_annotation()}}})
 
     def _status(self, node: str, status: wire.Status) -> None:
         self.core.patch_node(node, {"metadata": {"annotations": {IN_PLACE_STATUS: wire.encode_status(status)}}})

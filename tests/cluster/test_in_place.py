@@ -152,6 +152,38 @@ def test_pods_that_need_new_instances_run_after_a_short_in_place_window(
     assert wait_for("Reconfigured Event", lambda: events_on(core, node, "MigctlReconfigured"))
 
 
+def test_a_busy_gpu_is_left_as_it_is_while_its_idle_neighbour_is_recut(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    """A two-GPU in-place node; a running pod holds a 1g.10gb instance on GPU 0 (the agent's inventory says which).
+    Two 3g.40gb pods: migctl re-cuts GPU 1 only, its target keeps GPU 0 exactly as it is, the agent never changes
+    GPU 0, and the running pod keeps running."""
+    seed_configmap(core, namespace)
+    node = f"{namespace}-ip2"
+    labels = {GROUP: namespace, ACTUATION: "in-place", DEPLOY_MIG_MANAGER: "false", DEVICE_PLUGIN_CONFIG: "migctl-a"}
+    create_gpu_node(core, node, gpus=[GpuConfig.mig(BEFORE), GpuConfig.mig(BEFORE)], labels=labels)
+    node_names.append(node)
+    gpus = {str(i): {"mig": True, "layout": BEFORE} for i in (0, 1)}
+    recorded_before = json.dumps({"config": "seed", "gpus": gpus})
+    core.patch_node(node, {"metadata": {"annotations": {"migctl.io/layout": recorded_before}}})
+    core.create_namespaced_pod(namespace, mig_pod("small", namespace, "1g.10gb"))
+    assert wait_for("small running", lambda: running_on(core, namespace, "small")) == node
+    sim = SimInPlaceAgent(api, [node])
+    sim.busy = {node: {0: {"1g.10gb": 1}}}
+    ctl = Controller(in_place_config(namespace), api, identity="a")
+    with sim, running(ctl):
+        big_pods(core, namespace)
+        for pod in ("big-1", "big-2"):
+            assert wait_for(f"{pod} running", lambda p=pod: running_on(core, namespace, p), timeout=40) == node
+        wait_for("node settled", lambda: settled(core, node))
+    target = wire.decode_target(node_view(core, node)[1][IN_PLACE_TARGET])
+    assert dict(target.gpus[0]) == BEFORE and dict(target.gpus[1]) == {"3g.40gb": 2}
+    assert sim.changed == [(node, 1)]  # GPU 0, which a pod uses, was never changed
+    recorded = json.loads(node_view(core, node)[1]["migctl.io/layout"])["gpus"]
+    assert recorded["0"]["layout"] == BEFORE and recorded["1"]["layout"] == {"3g.40gb": 2}
+    assert running_on(core, namespace, "small") == node
+
+
 def test_a_node_where_mig_manager_runs_is_refused_with_an_event(
     api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
 ) -> None:
