@@ -296,3 +296,14 @@ def test_a_dry_run_controller_releases_an_abandoned_in_place_node() -> None:
     ann = node_annotations(cluster)
     assert not tainted(cluster) and PHASE not in ann and IN_PLACE_TARGET not in ann and FAILURES not in ann
     assert "released" in ann[LAST_ERROR]
+
+
+def test_dry_run_on_an_in_place_node_writes_nothing_but_says_in_place() -> None:
+    cluster, clock = in_place_cluster(), FakeClock(tick=0.5)
+    agent = SimAgent(cluster)
+    c = controller(cluster, clock, agent, dry_run=True)
+    c.reconcile()
+    settle(c)
+    assert not agent.seen and not tainted(cluster) and cluster.calls == []
+    (would,) = [e["message"] for e in cluster.events if e["reason"] == "MigctlWouldReconfigure"]
+    assert "in place (node agent)" in would
