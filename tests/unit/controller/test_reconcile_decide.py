@@ -114,3 +114,18 @@ def test_selector_terms() -> None:
     s = LabelSelector.parse("a=1, b!=2, c, !d")
     assert s.matches({"a": "1", "c": ""}) and not s.matches({"a": "1", "c": "", "d": "x"})
     assert not s.matches({"a": "1", "b": "2", "c": ""}) and not s.matches({"a": "1"})
+
+
+def test_the_layout_recorded_after_a_change_that_did_not_apply() -> None:
+    """The previous record, with each GPU the agent reported replaced by what it holds now; nothing to record when
+    neither exists (the adapter then reads the agent's inventory)."""
+    from migctl.controller.inplace import layout_after
+    from migctl.wire import inplace as wire
+    from migctl.wire import layout as codec
+
+    before = codec.encode({0: codec.GpuLayout(True, {"1g.5gb": 7}), 1: codec.GpuLayout(True, {"7g.40gb": 1})}, "x")
+    held = wire.Status("p1", "failed", "", {1: (wire.Held("3g.20gb", 0, 4, False), wire.Held("3g.20gb", 4, 4, True))})
+    after = layout_after(before, held)
+    assert after is not None and dict(after[0].layout) == {"1g.5gb": 7} and dict(after[1].layout) == {"3g.20gb": 2}
+    assert layout_after(before, None) == {0: GpuConfig.mig({"1g.5gb": 7}), 1: GpuConfig.mig({"7g.40gb": 1})}
+    assert layout_after(None, None) is None and layout_after("not json", None) is None
