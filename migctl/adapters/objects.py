@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -221,6 +221,7 @@ class _Ctx:
         default_factory=dict
     )
     valid_layouts: set[tuple[int, CanonicalLayout]] = field(default_factory=set)  # (id of a kept geometry, layout)
+    in_place: Callable[[Mapping[str, str]], bool] | None = None  # the config's selector of in-place nodes
 
     def match_product(self, product: str, total_mib: int | None) -> GpuModel | None:
         """`Catalog.match_product`, once per product and total for all nodes."""
@@ -437,7 +438,7 @@ def _node(
             (only,) = configs
             per_gpu[only] = (mig_used, whole_used)
         gpus = tuple(Gpu(i, configs[i], dict(per_gpu[i][0]), bool(per_gpu[i][1])) for i in sorted(configs))
-    in_place = labels.get(ACTUATION) == IN_PLACE
+    in_place = labels.get(ACTUATION) == IN_PLACE or (ctx.in_place is not None and ctx.in_place(labels))
     if in_place and inventory is not None and from_hardware is not None and hardware_usage:
         gpus = tuple(_with_instances(g, inventory) for g in gpus)
     return Node(
@@ -573,18 +574,20 @@ def snapshot_from_objects(
     operator: GpuOperatorSettings | None = None,
     source: str = "snapshot",
     memo: ConversionMemo | None = None,
+    in_place: Callable[[Mapping[str, str]], bool] | None = None,
 ) -> Snapshot:
     """The planner's view of `objects`. With `memo` (the controller's), an object version converted for the
-    last snapshot is not converted again (memo.py); the snapshot is the same either way."""
+    last snapshot is not converted again (memo.py); the snapshot is the same either way. `in_place(labels)`:
+    nodes the config's selector puts on the in-place path (besides those labelled migctl.io/actuation)."""
     settings = settings or PlannerSettings()
     operator = operator or GpuOperatorSettings()
     remembered = memo is not None  # without a memo (a snapshot file), nothing is looked up or kept
     memo = memo or ConversionMemo()
-    memo.begin((catalog, settings, operator))
+    memo.begin((catalog, settings, operator, in_place))
     catalog = catalog.readable_by(operator.mig_parted_version)  # never plan a name mig-manager cannot parse
     objs = _sort(objects, source)
     warnings: list[str] = []
-    ctx = _Ctx(catalog, settings, operator, None, "", warnings, version=operator.mig_parted_version)
+    ctx = _Ctx(catalog, settings, operator, None, "", warnings, version=operator.mig_parted_version, in_place=in_place)
     rejected: list[tuple[str, str]] = []
     unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
     pods: list[Pod] = []

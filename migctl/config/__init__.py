@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from migctl.config.agent import AgentSettings
 from migctl.config.fallback import FallbackSettings
+from migctl.config.selector import LabelSelector
 from migctl.config.webhook import WebhookSettings
 from migctl.core.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError, from_validation_error
@@ -137,6 +138,37 @@ class ControllerSettings(BaseModel):
         "for nor evicted. Nodes use planner.exclude_label.",
     )
 
+    # -- the in-place path (docs/operations.md "Two actuation paths") -------------------------------------
+    in_place_node_selector: str = Field(
+        "",
+        description="Label selector of nodes that use the in-place path besides those labelled "
+        "migctl.io/actuation=in-place (empty: only the label). Their node agent changes MIG instances itself.",
+    )
+    in_place_max_concurrent_nodes: int = Field(
+        2, ge=1, description="In-place nodes changing at once (their own limit: their window is seconds)."
+    )
+    in_place_admission_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="After tainting, wait at most this long for pods bound to the node but not yet admitted by the "
+        "kubelet (they would fail admission while the device plugin re-registers); then go on.",
+    )
+    in_place_agent_timeout_s: float = Field(
+        120.0, gt=0, description="Wait this long for the node agent's status for the plan; then untaint, back off."
+    )
+    in_place_advertise_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="After the agent applied the target, wait this long for allocatable to list the new instances "
+        "(the device plugin re-registering); then untaint, back off.",
+    )
+    in_place_conflicts: list[str] = Field(
+        ["hami.io/node-nvidia-register", "gpu=on"],
+        description="Node labels or annotations (`key` or `key=value`) that mean another component creates and "
+        "destroys MIG instances on the node (HAMi's device plugin by default; add your DRA driver's node label): "
+        "migctl refuses the in-place path there, with an Event.",
+    )
+
     # -- API access ----------------------------------------------------------------------------------------
     api_retry_attempts: int = Field(6, ge=1, description="Attempts for one API call on transient errors.")
     api_retry_max_wait_s: float = Field(8.0, gt=0, description="Cap of the jittered exponential retry backoff.")
@@ -164,7 +196,15 @@ class ControllerSettings(BaseModel):
             raise ValueError("batch_max_s must be >= batch_stable_s")
         if self.failure_backoff_max_s < self.failure_backoff_s:
             raise ValueError("failure_backoff_max_s must be >= failure_backoff_s")
+        LabelSelector.parse(self.in_place_node_selector)  # ValueError naming the term
+        for term in self.in_place_conflicts:
+            if len(LabelSelector.parse(term).requirements) != 1 or term.strip().startswith("!") or "!=" in term:
+                raise ValueError(f"in_place_conflicts: {term!r}: expected one `key` or `key=value`")
         return self
+
+    @property
+    def in_place_selector(self) -> LabelSelector:
+        return LabelSelector.parse(self.in_place_node_selector)
 
 
 class Config(BaseModel):

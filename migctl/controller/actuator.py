@@ -26,6 +26,7 @@ from typing import Any
 from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, Hook, NodeChanged, annotations_of, labels_of, taints_of
+from migctl.controller.inplace import IN_PLACE_STEPS, InPlaceSteps
 from migctl.controller.nodechecks import (
     PodView,
     capacity_mismatch,
@@ -37,6 +38,7 @@ from migctl.controller.nodechecks import (
 from migctl.controller.nodestate import (
     APPLYING,
     DRAINING,
+    IN_PLACE_PHASES,
     PHASE_ANNOTATIONS,
     PHASES,
     ROLLING_BACK,
@@ -85,11 +87,15 @@ STEPS = (
     "verified",  # capacity matches; not yet untainted
     "rolling-back",  # phase rolling-back written
     "rollback-relabelled",  # the label is back on the previous config; waiting for mig-manager
+    *IN_PLACE_STEPS,  # the in-place path's (controller/inplace.py)
 )
 
 
 def phase_timeout(phase: str, settings: Any) -> float:
     """The longest a live controller stays in `phase` before it times out and rolls back."""
+    if phase in IN_PLACE_PHASES:  # each in-place wait is bounded; the longest of them bounds every phase
+        return float(max(settings.in_place_admission_timeout_s, settings.in_place_agent_timeout_s,
+                         settings.in_place_advertise_timeout_s))  # fmt: skip
     return float(
         {DRAINING: settings.eviction_timeout_s, VERIFYING: settings.verify_timeout_s}.get(
             phase, settings.mig_manager_timeout_s
@@ -106,7 +112,7 @@ def abandoned(state: NodeState, now: float, settings: Any) -> bool:
     return bool(now - state.since > phase_timeout(state.phase, settings) + grace)
 
 
-class Actuator(RollbackSteps):
+class Actuator(RollbackSteps, InPlaceSteps):
     """Drives one node at a time through the phases (one instance may serve many nodes, one thread each)."""
 
     # -- entry points --------------------------------------------------------------------------------------
@@ -153,6 +159,8 @@ class Actuator(RollbackSteps):
             return self._unreadable(name, state)
         target, since = state.target, state.since
         self._log(target, name, "driving from phase %s", state.phase)
+        if state.phase in IN_PLACE_PHASES:
+            return self.drive_in_place(name, state)
         if state.phase == DRAINING:
             return self._drain(name, target, since)
         if state.phase == APPLYING:
@@ -183,11 +191,10 @@ class Actuator(RollbackSteps):
             return self._unreadable(name, state)
         if state.phase == ROLLING_BACK and state.rollback is not None:
             return self._rollback_continue(name, state.target, state.rollback, state.since or self.clock())
+        if state.phase in IN_PLACE_PHASES:
+            return self.release_in_place(name, state, why)
         relabel = state.phase != DRAINING or self._label_moved(node, state.target)
         return self._rollback(name, state.target, Rollback(why, "released", relabel, backoff=False))
-
-    def _tainted(self, node: Obj) -> bool:
-        return any(t.get("key") == self.taint_key for t in taints_of(node))
 
     def _untaint_orphan(self, name: str) -> str:
         def mutate(node: Obj) -> Obj | None:

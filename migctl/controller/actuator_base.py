@@ -67,6 +67,9 @@ class ActuatorBase:
     def settings(self) -> Any:
         return self.config.controller
 
+    def _tainted(self, node: Obj) -> bool:
+        return any(t.get("key") == self.taint_key for t in taints_of(node))
+
     def _step(self, node: str, step: str) -> None:
         if self.stop.is_set():
             raise Stopped(f"stopping before {step} on {node}")

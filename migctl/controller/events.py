@@ -27,6 +27,7 @@ EVICTED = "MigctlEvicted"
 RECONFIGURED = "MigctlReconfigured"
 ROLLED_BACK = "MigctlRolledBack"
 NEEDS_ATTENTION = "MigctlNeedsAttention"
+IN_PLACE_REFUSED = "MigctlInPlaceRefused"  # an in-place node where mig-manager or another MIG manager runs
 INVALID = "MigctlInvalid"  # an object migctl cannot read: which field, which value, what was expected
 
 

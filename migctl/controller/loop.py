@@ -1,22 +1,21 @@
-"""The controller: cache + leader election + an apscheduler loop that plans and hands nodes to the actuator.
+"""The controller: cache + leader election + an apscheduler loop that plans and executes what reconcile.py decides.
 
 Triggers: a periodic full reconcile (`resync_interval_s`), a throttled reconcile `debounce_s` after a watch event
 that can change a plan, and a wake-up when the batching window closes. One reconcile at a time (a trigger that
 arrives meanwhile runs once more afterwards). A reconcile, on the leader only:
   1. resumes every node with a `migctl.io/phase` annotation that no worker drives (restarts, failover) and
      removes a migctl taint left without a phase (hand-edited nodes);
-  2. builds the snapshot from the cache, leaving out opted-out namespaces/pods and the pending pods an
-     in-flight (or just finished) reconfiguration is for, and freezes the nodes guard rails hold;
-  3. plans; once demand has settled (batching window), lets `guards.select` pick the node changes that may start
-     and starts each on its own worker thread (or, in dry run, only logs and emits Events);
-  4. publishes metrics and Events on pending pods (planned where, or why not).
-Leadership loss sets the term's stop flag: every worker stops before its next write.
+  2. builds the snapshot (snapshots.py) and freezes the nodes guard rails hold and the in-place nodes it must
+     refuse (reconcile.refusals);
+  3. plans; once demand has settled (batching window), `reconcile.decide` says which node changes start, on which
+     path (mig-manager or in-place); each starts on its own worker thread (dry run: only Events);
+  4. publishes metrics and Events (reporting.py).
+The decisions are pure (reconcile.py); this module only watches, leads and executes. Leadership loss sets the
+term's stop flag: every worker stops before its next write.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -34,21 +33,21 @@ from migctl.adapters.kube.cache import ClusterCache, fingerprint
 from migctl.adapters.kube.errors import KubeError
 from migctl.adapters.kube.interface import ControllerApi, ObjectCache
 from migctl.adapters.memo import ConversionMemo
-from migctl.adapters.objects import snapshot_from_objects
 from migctl.config import Config
 from migctl.controller import events as ev
-from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target, abandoned
+from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.events import EventSink
-from migctl.controller.guards import BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
+from migctl.controller.guards import BatchWindow, EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, UnreadableError, read_state
+from migctl.controller.reconcile import NodeFacts, Start, decide, freeze, frozen_nodes, reserved_pods, resumptions
+from migctl.controller.reporting import Reporter
+from migctl.controller.snapshots import build_snapshot
 from migctl.core.catalog import Catalog, load_catalog
-from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
 from migctl.core.planner import plan as make_plan
-from migctl.wire.names import MIG_CONFIG, TARGET
+from migctl.wire.names import IN_PLACE, MIG_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +83,8 @@ class Controller:
         self._connect = connect or self._kube_api
         self.kube = self._connect(self._stop)  # reads and Events
         self.events = EventSink(self.kube, self.identity)
+        self.reporter = Reporter(self.metrics, self.events, self.settings)
+        self.in_place_selector = self.settings.in_place_selector  # one object: the conversion memo's key
         self.ledger = EvictionLedger()
         self.cache: ObjectCache = cache or ClusterCache(
             self._client(),
@@ -107,8 +108,6 @@ class Controller:
         self.last_plan: Plan | None = None
         self.last_plan_id = ""
         self.last_decisions: list[tuple[str, bool, str]] = []
-        self._pod_notes: dict[str, str] = {}
-        self._object_notes: dict[tuple[str, str], str] = {}
         self.failed_in_a_row = 0  # reconciles that raised since the last one that did not (readiness)
         self._lock = threading.Lock()  # workers, settled
         self._reconcile_lock = threading.Lock()
@@ -238,11 +237,7 @@ class Controller:
     # -- triggers ------------------------------------------------------------------------------------------
 
     def _in_flight(self, node: Obj) -> bool:
-        ann = _meta(node).get("annotations") or {}
-        taint = self.config.planner.reconfigure_taint
-        return any(ann.get(k) for k in PHASE_ANNOTATIONS) or any(
-            t.get("key") == taint for t in (node.get("spec") or {}).get("taints") or []
-        )
+        return NodeFacts.of(node, self.config.planner.reconfigure_taint).in_flight
 
     def _on_change(self, kind: str, event: str, obj: Obj) -> None:
         if kind == "Node" and event == "DELETED" and self._in_flight(obj):
@@ -313,175 +308,78 @@ class Controller:
         self.metrics.in_flight.set(len(in_flight))
 
         # 1. resume nodes left mid-way (dry run: release abandoned ones); clean orphaned taints and annotations
-        for node in nodes:
-            ann = _meta(node).get("annotations") or {}
-            if ann.get(TARGET):
-                with contextlib.suppress(UnreadableError):
-                    reserved.update(Target.from_json(str(ann[TARGET])).pods)
-        self._resume(nodes, in_flight, now)
+        facts = {f.name: f for f in (NodeFacts.of(n, self.config.planner.reconfigure_taint) for n in nodes)}
+        reserved |= reserved_pods(facts.values())
+        self._resume(facts, in_flight, now)
 
-        # 2. snapshot, with guard-rail holds as frozen nodes
+        # 2. snapshot, with guard-rail holds and refused in-place nodes as frozen nodes
         started = time.perf_counter()
-        snapshot, opted_out = self._snapshot(reserved)
-        records = [
-            NodeRecord.from_annotations(str(_meta(n).get("name")), _meta(n).get("annotations") or {}) for n in nodes
-        ]
-        held = holds(records, now, self.settings, in_flight)
-        snapshot = dataclasses.replace(
-            snapshot,
-            nodes=tuple(
-                dataclasses.replace(n, frozen_reason=n.frozen_reason or f"guard rail: {held[n.name]}")
-                if n.name in held
-                else n
-                for n in snapshot.nodes
-            ),
+        snapshot, opted_out = build_snapshot(
+            self.cache, self.config, self.catalog, self.conversions, reserved, self.in_place_selector
         )
-        result = make_plan(snapshot, self.config.planner)
-        self.metrics.plan_seconds.observe(time.perf_counter() - started)
-        self.metrics.plans.inc()
-        self.metrics.last_plan.set(time.time())
-        if result.budget_exhausted:
-            self.metrics.budget_exhausted.inc()
-            log.warning("plan stopped at planner.work_budget (%d work units): best plan so far", result.work_units)
-        self._report_invalid(snapshot)
-        self.last_plan = result
+        refused, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
+        snapshot = freeze(snapshot, frozen)
+        self.reporter.refused(refused)
+        result = self.last_plan = make_plan(snapshot, self.config.planner)
+        self.reporter.planned(snapshot, result, time.perf_counter() - started)
         plan_id = "p" + hashlib.sha256(json.dumps(result.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
-        self._publish(snapshot, result)
 
-        # 3. batching window, then guard rails
+        # 3. batching window, then the pure decisions (reconcile.py), executed here
         demand = frozenset(p.key for p in snapshot.pending)
         ready, due = self.window.observe(demand, now)
         if ready:
             for u in result.unplaced:
-                self._note(u.pod, ev.NOT_PLANNED, f"not planned: {u.reason}")
-        changed = [n for n in result.nodes if n.changed]
-        if not changed:
+                self.reporter.note(u.pod, ev.NOT_PLANNED, f"not planned: {u.reason}")
+        if not any(n.changed for n in result.nodes):
             return
         if not ready:
             if due is not None:
                 self.trigger(max(0.0, due - now) + 0.01, job_id="batch")
             log.debug("plan %s waits for the batching window (demand %d pods)", plan_id, len(demand))
             return
-        evictions: dict[str, list[str]] = {}
-        for e in result.evictions:
-            evictions.setdefault(e.node, []).append(e.pod)
-        decisions = select(
-            [Candidate(n.name, tuple(evictions.get(n.name, ()))) for n in changed],
-            active=len(in_flight),
-            evictions_last_hour=self.ledger.count(now),
-            settings=self.settings,
-            paused=paused,
-            protected_pods=opted_out,
-        )
+        actions = decide(
+            result, plan_id, snapshot, facts, self.settings, now,
+            in_flight=in_flight, evictions_last_hour=self.ledger.count(now), paused=paused, protected_pods=opted_out,
+            previous_configs={name: f.labels.get(MIG_CONFIG) for name, f in facts.items()},
+        )  # fmt: skip
         self.last_plan_id = plan_id
-        self.last_decisions = [(d.node, d.start, d.reason) for d in decisions]
-        self.metrics.held.set(sum(1 for d in decisions if not d.start))
+        self.last_decisions = [(a.node, isinstance(a, Start), a.reason) for a in actions]
+        self.metrics.held.set(sum(1 for a in actions if not isinstance(a, Start)))
         cached = {str(_meta(n).get("name")): n for n in nodes}
-        by_name = {n.name: n for n in snapshot.nodes}
-        for d, node_plan in zip(decisions, changed, strict=True):
-            extra = {"plan_id": plan_id, "node": d.node, "decision": "start" if d.start else "hold"}
-            log.info("plan %s: node %s: %s", plan_id, d.node, d.reason, extra=extra)
-            self._pod_events(result, plan_id, d.node, d.start)
-            if not d.start:
-                continue
-            pods = tuple(sorted(a.pod for a in result.assignments if a.node == d.node))
-            node_obj = cached.get(d.node) or {}
-            evict = tuple(sorted(evictions.get(d.node, ())))
-            model = by_name.get(d.node)
-            keep = tuple(sorted(k for k, _, _ in (model.gpu_pods if model else ()) if k not in evict))
-            target = Target(
-                plan_id=plan_id,
-                config=node_plan.config_name or "",
-                gpus=dict(node_plan.target),
-                evict=evict,
-                keep=keep,
-                pods=pods,
-                previous_config=(_meta(node_obj).get("labels") or {}).get(MIG_CONFIG),
-                started=now,
-            )
-            layout = ", ".join(f"GPU {g.index}: {g.current} -> {g.target}" for g in node_plan.gpus if g.changed)
-            if self.settings.dry_run:
-                self.events.emit(
-                    ev.node_ref(d.node),
-                    ev.WOULD_RECONFIGURE,
-                    f"dry run, plan {plan_id}: would reconfigure ({layout}) as {target.config}"
-                    + (f", evicting {', '.join(evict)}" if evict else ""),
-                )
-                continue
-            expected = fingerprint("Node", node_obj)
-            with self._lock:
-                self.settled.update(dict.fromkeys(pods, now + 10 * 3600))  # until the worker ends
-            self._spawn(
-                d.node,
-                lambda a, n=d.node, t=target, fp=expected: a.start(  # type: ignore[misc]
-                    n, t, lambda fresh: fingerprint("Node", fresh) == fp
-                ),
-                target,
-            )
-            in_flight.add(d.node)
-        for d in decisions:
-            if not d.start and d.reason != "paused":
-                self.events.emit(ev.node_ref(d.node), ev.HELD, f"plan {plan_id}: not starting: {d.reason}")
+        for a in actions:
+            extra = {"plan_id": plan_id, "node": a.node, "decision": "start" if isinstance(a, Start) else "hold"}
+            log.info("plan %s: node %s (%s path): %s", plan_id, a.node, a.path, a.reason, extra=extra)
+            self.reporter.pod_events(result, plan_id, a.node, isinstance(a, Start))
+            if isinstance(a, Start):
+                self._execute(a, cached.get(a.node) or {}, result, plan_id, now)
+            elif a.reason != "paused":
+                self.events.emit(ev.node_ref(a.node), ev.HELD, f"plan {plan_id}: not starting: {a.reason}")
 
-    def _snapshot(self, reserved: set[str]) -> tuple[Snapshot, set[str]]:
-        """Snapshot from the cache without opted-out and reserved pending pods; also the opted-out pod keys."""
-        key = self.settings.opt_out_label
-        ns_labels = self.cache.namespace_labels()
-        opted_ns = {ns for ns, labels in ns_labels.items() if labels.get(key) == "true"}
-        objects: list[Obj] = []
-        opted_out: set[str] = set()
-        for obj in self.cache.objects():
-            if obj.get("kind") == "Pod":
-                meta = _meta(obj)
-                pod_key = f"{meta.get('namespace')}/{meta.get('name')}"
-                pending = not (obj.get("spec") or {}).get("nodeName")
-                if meta.get("namespace") in opted_ns or (meta.get("annotations") or {}).get(key) == "true":
-                    opted_out.add(pod_key)
-                    if pending:
-                        continue
-                if pending and pod_key in reserved:
-                    continue
-            objects.append(obj)
-        snapshot = snapshot_from_objects(
-            objects,
-            self.catalog,
-            self.config.planner,
-            self._operator_settings(),
-            source="cluster cache",
-            memo=self.conversions,
-        )
-        for w in snapshot.warnings:
-            log.debug("snapshot: %s", w)
-        return snapshot, opted_out
-
-    def _operator_settings(self) -> Any:
-        """Current layouts resolve against migctl's ConfigMap once it exists (it holds the seeded configs too)."""
-        ours = self.cache.configmap(self.settings.configmap_namespace, self.settings.configmap_name)
-        if ours is None:
-            return self.config.gpu_operator
-        return self.config.gpu_operator.model_copy(
-            update={
-                "configmap_name": self.settings.configmap_name,
-                "configmap_namespace": self.settings.configmap_namespace,
-            }
+    def _execute(self, start: Start, node_obj: Obj, result: Plan, plan_id: str, now: float) -> None:
+        """Start one node change on its own worker (in dry run: an Event saying what would happen)."""
+        target = start.target
+        if self.settings.dry_run:
+            self.reporter.would_start(start, result, plan_id)
+            return
+        expected = fingerprint("Node", node_obj)
+        with self._lock:
+            self.settled.update(dict.fromkeys(target.pods, now + 10 * 3600))  # until the worker ends
+        begin = Actuator.start_in_place if start.path == IN_PLACE else Actuator.start
+        self._spawn(
+            start.node,
+            lambda a, n=start.node, t=target, fp=expected: begin(  # type: ignore[misc]
+                a, n, t, lambda fresh: fingerprint("Node", fresh) == fp
+            ),
+            target,
         )
 
     # -- workers -------------------------------------------------------------------------------------------
 
-    def _resume(self, nodes: list[Obj], in_flight: set[str], now: float) -> None:
+    def _resume(self, facts: dict[str, NodeFacts], in_flight: set[str], now: float) -> None:
         """Hand every node left mid-way to a worker: `drive` (leader) or `release` (dry run, once abandoned; a
         node outside node_selector). A resume that failed waits a doubling backoff (no hot loop)."""
-        cached = {str(_meta(n).get("name")) for n in nodes}
-        work: list[tuple[str, str]] = []  # (node, "" to drive it, or why it is released)
-        for node in nodes:
-            name = str(_meta(node).get("name"))
-            if name in in_flight or not self._in_flight(node) or self.resume_after.get(name, (0.0, 0))[0] > now:
-                continue
-            if not self.settings.dry_run:
-                work.append((name, ""))
-            elif abandoned(read_state(_meta(node).get("annotations") or {}, now), now, self.settings):
-                work.append((name, "released: abandoned mid-phase, and this controller is in dry run"))
-        for name, why in work:
+        not_before = {n: until for n, (until, _) in self.resume_after.items()}
+        for name, why in resumptions(facts.values(), in_flight, not_before, now, self.settings):
             log.info("node %s: %s", name, why or "resuming", extra={"node": name})
             fn: Callable[[Actuator], str] = (
                 functools.partial(Actuator.release, name=name, why=why)
@@ -490,8 +388,8 @@ class Controller:
             )
             self._spawn(name, fn)
             in_flight.add(name)
-        for name in sorted(self.strays - cached - in_flight) if not self.settings.dry_run else ():
-            if self.resume_after.get(name, (0.0, 0))[0] <= now:
+        for name in sorted(self.strays - set(facts) - in_flight) if not self.settings.dry_run else ():
+            if not_before.get(name, 0.0) <= now:
                 self._spawn(name, functools.partial(self._release_stray, name=name))
                 in_flight.add(name)
 
@@ -543,58 +441,3 @@ class Controller:
         with self._lock:
             self.workers[node] = t
         t.start()
-
-    # -- observability -------------------------------------------------------------------------------------
-
-    def _publish(self, snapshot: Snapshot, result: Plan) -> None:
-        m = self.metrics
-        m.pending_pods.set(len(snapshot.pending))
-        by_pod_model: dict[str, str] = {}
-        node_model = {n.name: (n.model.id if n.model else "card") for n in snapshot.nodes}
-        for a in result.assignments:
-            by_pod_model[a.pod] = node_model.get(a.node, "unknown")
-        demand: dict[str, float] = {}
-        need: dict[str, float] = {a.pod: a.instance_mib for a in result.assignments}
-        for pod in snapshot.pending:
-            model = by_pod_model.get(pod.key, "unplaced")
-            mib = need.get(pod.key) or sum(d.vram_mib * d.count for d in pod.gpu)
-            demand[model] = demand.get(model, 0) + mib
-        m.pending_demand.clear()
-        for model, mib in demand.items():
-            m.pending_demand.labels(model).set(mib)
-        m.stranded.set(result.summary.stranded_mib_before)
-        m.stranded_node.clear()
-        for n in result.nodes:
-            m.stranded_node.labels(n.name).set(sum(g.unusable_mib_before for g in n.gpus))
-
-    def _report_invalid(self, snapshot: Snapshot) -> None:
-        """Count the objects the snapshot could not use, and put a warning Event on each (once per message)."""
-        kinds = {"Pod": len(snapshot.rejected), "Node": 0, "ConfigMap": 0}
-        notes: dict[tuple[str, str], str] = {("Pod", k): f"not planned: {why}" for k, why in snapshot.rejected}
-        for kind, name, message in snapshot.problems:
-            if (kind, name) not in notes:
-                kinds[kind] = kinds.get(kind, 0) + 1
-            notes[(kind, name)] = message
-        for kind, n in kinds.items():
-            self.metrics.rejected.labels(kind).set(n)
-        for (kind, name), message in notes.items():
-            if self._object_notes.get((kind, name)) != message:
-                self.events.emit(ev.object_ref(kind, name), ev.INVALID, message, warning=True)
-        self._object_notes = notes
-
-    def _pod_events(self, result: Plan, plan_id: str, node: str, starting: bool) -> None:
-        """One Event per pod per change of what migctl says about it (not one per reconcile)."""
-        for a in result.assignments:
-            if a.node != node:
-                continue
-            where = f"{a.profile} on node {a.node}" + (f" GPU {a.gpu}" if a.gpu is not None else "")
-            verb = "would place" if self.settings.dry_run else ("planned" if starting else "planned (waiting)")
-            self._note(a.pod, ev.PLANNED, f"{verb}: {where} (plan {plan_id})")
-
-    def _note(self, pod: str, reason: str, message: str) -> None:
-        if self._pod_notes.get(pod) == message:
-            return
-        self._pod_notes[pod] = message
-        if len(self._pod_notes) > 20000:
-            self._pod_notes.clear()
-        self.events.emit(ev.pod_ref(pod), reason, message, warning=reason == ev.NOT_PLANNED)

@@ -48,6 +48,17 @@ class Metrics:
             "migctl_reconfiguration_seconds", "Duration of node reconfigurations (start to untaint)",
             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 3600), registry=r,
         )  # fmt: skip
+        self.in_place_window = Histogram(
+            "migctl_in_place_window_seconds",
+            "In-place changes: how long the node carried migctl's NoSchedule taint (taint on to taint off)",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r,
+        )  # fmt: skip
+        self.in_place_changes = Counter(
+            "migctl_in_place_changes",
+            "In-place changes that ended, by result: applied, blocked (an instance in use), failed, timeout",
+            ["result"],
+            registry=r,
+        )
         self.evictions = Counter("migctl_evictions", "Pods evicted through the Eviction API", registry=r)
         self.leader = Gauge("migctl_leader", "1 while this replica holds the Lease and acts", registry=r)
         self.in_flight = Gauge("migctl_nodes_reconfiguring", "Nodes being reconfigured now", registry=r)

@@ -53,8 +53,8 @@ def expected_resources(gpus: Mapping[int, GpuConfig]) -> Counter[str]:
     return out
 
 
-def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
-    """ "" when allocatable and GFD's count labels match the layout (stale zero-valued resources ignored)."""
+def allocatable_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
+    """ "" when allocatable matches the layout (stale zero-valued resources ignored): the device plugin's part."""
     want = expected_resources(gpus)
     alloc = ((node.get("status") or {}).get("allocatable")) or {}
     have: dict[str, int] = {}
@@ -63,9 +63,15 @@ def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
             n = _count(v)
             if n is not None and n > 0:
                 have[k] = n
-    problems = []
     if dict(want) != have:
-        problems.append(f"allocatable {dict(sorted(have.items()))} != expected {dict(sorted(want.items()))}")
+        return f"allocatable {dict(sorted(have.items()))} != expected {dict(sorted(want.items()))}"
+    return ""
+
+
+def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
+    """ "" when allocatable and GFD's count labels match the layout (stale zero-valued resources ignored)."""
+    want = expected_resources(gpus)
+    problems = [p for p in (allocatable_mismatch(node, gpus),) if p]
     labels = ((node.get("metadata") or {}).get("labels")) or {}
     gfd = {
         k[: -len(".count")]: _count(v)

@@ -26,7 +26,10 @@ from migctl.wire.layout import GpuLayout
 from migctl.wire.names import PHASE, PHASE_SINCE, PLAN_ID, ROLLBACK, TARGET
 
 DRAINING, APPLYING, VERIFYING, ROLLING_BACK = "draining", "applying", "verifying", "rolling-back"
-PHASES = (DRAINING, APPLYING, VERIFYING, ROLLING_BACK)
+# The in-place path's phases (controller/inplace.py): waiting for bound pods' admission, for the agent, for allocatable.
+ADMITTING, AGENT_APPLYING, ADVERTISING = "in-place-admitting", "in-place-applying", "in-place-advertising"
+IN_PLACE_PHASES = (ADMITTING, AGENT_APPLYING, ADVERTISING)
+PHASES = (DRAINING, APPLYING, VERIFYING, ROLLING_BACK, *IN_PLACE_PHASES)
 PHASE_ANNOTATIONS = (PLAN_ID, PHASE, PHASE_SINCE, TARGET, ROLLBACK)
 MAX_CLOCK_SKEW_S = 300.0  # a phase-since further in the future would postpone every timeout: unreadable
 _SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")

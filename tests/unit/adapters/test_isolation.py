@@ -93,18 +93,18 @@ def _metric(ctl: Controller, name: str, labels: dict[str, str] | None = None) ->
 def test_rejected_objects_are_counted_and_each_gets_one_event() -> None:
     ctl = _controller()
     events = _Events()
-    ctl.events = events  # type: ignore[assignment]
+    ctl.events = ctl.reporter.events = events  # type: ignore[assignment]
     snapshot = snapshot_from_objects(_hostile(EXAMPLE), CATALOG)
-    ctl._report_invalid(snapshot)
+    ctl.reporter.invalid(snapshot)
     assert _metric(ctl, "migctl_rejected_objects", {"kind": "Pod"}) == 1
     assert _metric(ctl, "migctl_rejected_objects", {"kind": "Node"}) == 1
     why = "status: expected an object, got str 'Ready'; node skipped"
     assert ("Node", "broken-node", "MigctlInvalid", why) in events.sent
     assert any(k == "Pod" and n == "big" and "'1e5000' is out of range" in m for k, n, _, m in events.sent)
     before = len(events.sent)
-    ctl._report_invalid(snapshot)  # the same problems again: no new Events
+    ctl.reporter.invalid(snapshot)  # the same problems again: no new Events
     assert len(events.sent) == before
-    ctl._report_invalid(snapshot_from_objects(EXAMPLE, CATALOG))
+    ctl.reporter.invalid(snapshot_from_objects(EXAMPLE, CATALOG))
     assert _metric(ctl, "migctl_rejected_objects", {"kind": "Pod"}) == 0
 
 
