@@ -28,7 +28,8 @@ from migctl.core.demand import effective_requests
 from migctl.core.inventory import parse_inventory
 from migctl.core.quantity import MIB, parse_quantity
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import VramGpu, VramNode, VramPod
+from migctl.core.vram_board import VramGpu, VramNode
+from migctl.core.vram_fit import VramPod
 from migctl.errors import InputError
 from migctl.wire.names import GPU_COUNT as GFD_COUNT
 from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION
