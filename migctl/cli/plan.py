@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -94,6 +95,9 @@ def plan_command(
             except MigctlError as e:
                 fail(str(e))
             source = "live cluster"
+        found = nothing_to_plan(objects)
+        if found:
+            click.echo(f"warning: {source}: {found}", err=True)
         snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
         result = make_plan(snapshot, settings)
     fallback = fallback_section(objects, catalog, settings, cfg.fallback, snapshot)
@@ -108,6 +112,26 @@ def plan_command(
         click.echo("\n" + render_fallback(fallback, explain))
     if vram:
         click.echo("\n" + render_vram_requests(vram))
+
+
+_EXPECTED = "nothing to plan (expected Nodes and Pods, e.g. kubectl get nodes,pods,configmaps -A -o yaml)"
+
+
+def nothing_to_plan(objects: Sequence[Mapping[str, Any]]) -> str:
+    """Why these objects cannot make a plan (no objects, no Node), saying what they are; "" when they have a Node.
+
+    A user who exported the wrong thing (`kubectl get pods` only, an empty file) is told, not shown an empty plan.
+    """
+    kinds = Counter(str(o.get("kind") or "untyped object") for o in objects)
+    if kinds["Node"]:
+        return ""
+    if not objects:
+        return f"no Kubernetes objects found (an empty file?); {_EXPECTED}"
+    what = ", ".join(
+        f"{n} {k}{'' if n == 1 else 's'}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    noun = "object" if len(objects) == 1 else "objects"
+    return f"the input has {len(objects)} {noun}: {what}, no Node; {_EXPECTED}"
 
 
 @contextmanager
