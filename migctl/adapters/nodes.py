@@ -374,6 +374,17 @@ def node_from_object(
     )
 
 
+def offers(obj: Mapping[str, Any], resource: str) -> bool:
+    """Whether a Node object offers `resource` (allocatable, else capacity, above zero): only then can a pod on
+    it hold a device of it. Unreadable counts as offered (the safe side)."""
+    try:
+        status = mapping(obj.get("status"), "status")
+        alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
+        return resource in alloc and parse_quantity(alloc[resource]) > 0
+    except (TypeError, ValueError):
+        return True
+
+
 def _cross_check(model: GpuModel | None, configs: Mapping[int, GpuConfig], extended: Mapping[str, int]) -> str:
     """The device plugin's counts must agree with the layout we believe in (stale zeros are ignored)."""
     if model is None:

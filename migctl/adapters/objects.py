@@ -19,8 +19,8 @@ import yaml
 
 from migctl.adapters.fields import short
 from migctl.adapters.memo import ConversionMemo, NodeOutcome, PodOutcome
-from migctl.adapters.nodes import NodeContext, node_from_object
-from migctl.adapters.pods import Shapes, meta_of, pod_from_object
+from migctl.adapters.nodes import NodeContext, node_from_object, offers
+from migctl.adapters.pods import Doubts, Shapes, meta_of, pod_from_object
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
 from migctl.core.catalog import Catalog
 from migctl.core.cluster import Pod, Snapshot
@@ -118,6 +118,7 @@ def snapshot_from_objects(
     ctx = NodeContext(catalog, settings, operator, None, "", warnings, version=operator.mig_parted_version)
     rejected: list[tuple[str, str]] = []
     unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
+    doubted: dict[str, list[tuple[str, str, str]]] = {}  # node -> (pod, resource, why) of unreadable GPU values
     pods: list[Pod] = []
     shapes: Shapes = {}  # pods that request alike (replicas) are read once (`pod_from_object`)
     metas = [meta_of(o) for o in objs.pods]
@@ -152,6 +153,8 @@ def snapshot_from_objects(
             ctx.warn(f"pod {key}", note, "Pod")
         if pod.phase in TERMINAL:
             continue
+        if outcome.doubts and pod.node:  # its node decides what they cost (`_doubted`)
+            doubted.setdefault(pod.node, []).extend((key, res, why) for res, why in outcome.doubts)
         if pod.pending and pod.scheduler_name == FALLBACK_SCHEDULER:
             continue  # placed by migctl's VRAM-unit scheduler on non-MIG GPUs, not by MIG planning
         pods.append(pod)
@@ -190,6 +193,12 @@ def snapshot_from_objects(
         if last_node[name] != i:
             ctx.warn(f"node {name}", "listed more than once; the last copy counts", "Node")
             continue
+        for pod_key, res, why in doubted.pop(name, ()):
+            if offers(obj, res):  # it may hold a device the node offers: the node's usage is unknown
+                unreadable.setdefault(name, []).append(pod_key)
+                ctx.warn(f"pod {pod_key}", f"unreadable ({why}); node {name}'s usage is unknown", "Pod")
+            else:
+                ctx.warn(f"pod {pod_key}", f"{why}; ignored: node {name} offers no {res}, so the pod holds none", "Pod")
         on_node, cant_read = tuple(by_node.get(name, ())), tuple(unreadable.get(name, ()))
         try:
             done = memo.node(
@@ -205,14 +214,18 @@ def snapshot_from_objects(
         ctx.problems.extend(done.problems)
         if done.node is not None:
             nodes.append(done.node)
+    for name, doubts in doubted.items():  # bound to a node the snapshot does not have
+        for pod_key, _, why in doubts:
+            ctx.warn(f"pod {pod_key}", f"{why}; ignored (node {name} is not in the snapshot)", "Pod")
     memo.end()
     return Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected), tuple(ctx.problems))
 
 
 def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings, shapes: Shapes) -> PodOutcome:
     notes: list[str] = []
+    doubts: Doubts = []
     try:
-        return PodOutcome(pod_from_object(obj, settings, notes, shapes), tuple(notes))
+        return PodOutcome(pod_from_object(obj, settings, notes, shapes, doubts), tuple(notes), None, tuple(doubts))
     except OBJECT_ERRORS as e:
         return PodOutcome(None, (), e)
 

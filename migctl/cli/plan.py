@@ -270,9 +270,10 @@ def vram_requests_section(
     not applied (the pod annotation is).
     """
     from migctl.adapters.pods import placement_from_object
+    from migctl.adapters.requests import vram_containers
     from migctl.config.webhook import WebhookSettings
     from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
-    from migctl.core.vram_request import VramDecision, decide, vram_containers
+    from migctl.core.vram_request import VramDecision, decide
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)
@@ -292,7 +293,7 @@ def vram_requests_section(
         if spec.get("schedulerName") == rules.fallback_scheduler:
             continue  # the fallback section shows these
         pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        containers = None if pod in unreadable else vram_containers(obj, rules)
+        containers = None if pod in unreadable else vram_containers(obj, rules.resource)
         if containers is None:
             continue
         placement: Pod | str | None = read.get(pod)
@@ -301,7 +302,7 @@ def vram_requests_section(
                 placement = placement_from_object(obj)
             except (ValueError, KeyError, TypeError) as e:
                 placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"
-        decision = decide(obj, placement, index, rules, containers=containers)
+        decision = decide(obj, containers, placement, index, rules)
         if id(decision) not in shown:
             shown[id(decision)] = (decision, decision.to_dict())  # the decision kept: its id stays its own
         out.append(({"pod": pod}, shown[id(decision)][1]))

@@ -14,18 +14,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
-from migctl.adapters.fields import mapping, maps
+from migctl.adapters.fields import mapping
 from migctl.adapters.node_gpus import match_model, read_node_gpus
 from migctl.adapters.objects import OBJECT_ERRORS, TERMINAL, snapshot_from_objects
 from migctl.adapters.pods import meta_of, pod_from_object
+from migctl.adapters.requests import effective_of, holds_any
 from migctl.config.fallback import FallbackSettings
 from migctl.core import label_values
 from migctl.core.catalog import Catalog
 from migctl.core.cluster import Snapshot
-from migctl.core.demand import effective_requests
 from migctl.core.quantity import MIB, parse_quantity
 from migctl.core.settings import PlannerSettings
 from migctl.core.vram_board import VramGpu, VramNode
@@ -110,34 +109,13 @@ def _positive(value: object) -> bool:
 
 
 def vram_units(obj: Mapping[str, Any], resource: str) -> int:
-    """A pod's effective request of `resource` (what the kube-scheduler accounts), in whole units."""
-    spec = mapping(obj.get("spec"), "spec")
-
-    def requests(c: Mapping[str, Any], where: str) -> dict[str, Decimal]:
-        res = mapping(c.get("resources"), f"{where}.resources")
-        merged = {**mapping(res.get("limits"), "limits"), **mapping(res.get("requests"), "requests")}
-        return {k: _q(v, f"{where}.resources[{k}]") for k, v in merged.items() if k == resource}
-
-    eff = effective_requests(
-        [requests(c, f"spec.containers[{i}]") for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))],
-        [
-            (requests(c, f"spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
-            for i, c in enumerate(maps(spec.get("initContainers"), "spec.initContainers"))
-        ],
-        {
-            k: _q(v, f"spec.overhead[{k}]")
-            for k, v in mapping(spec.get("overhead"), "spec.overhead").items()
-            if k == resource
-        },
-    )
-    return math.ceil(eff.get(resource, Decimal(0)))
+    """A pod's effective request of `resource` (what the kube-scheduler accounts), in whole units; ValueError
+    naming the field when it cannot be read (`adapters/requests.py`)."""
+    return math.ceil(effective_of(obj, resource))
 
 
-def _q(value: object, where: str) -> Decimal:
-    try:
-        return parse_quantity(value)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
+def _requests_mig_or_whole_gpus(resource: str) -> bool:
+    return resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 @dataclass
@@ -217,17 +195,13 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
     for obj in pods:
         key = f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name')}"
         try:
-            limits = [
-                k
-                for c in maps(mapping(obj.get("spec"), "spec").get("containers"), "spec.containers")
-                for k in mapping(mapping(c.get("resources"), "resources").get("limits"), "resources.limits")
-            ]
+            gpu_pod = holds_any(obj, _requests_mig_or_whole_gpus)
             units = vram_units(obj, settings.resource)
             raw = mapping(meta_of(obj).get("annotations"), "metadata.annotations").get(GPU_INDEX_ANNOTATION)
         except OBJECT_ERRORS as e:  # it holds something we cannot read: the node's use is unknown, never free
             reason = reason or f"usage unknown: running pod {key} is unreadable ({e})"
             continue
-        if not reason and any(k == WHOLE_GPU_RESOURCE or str(k).startswith(MIG_RESOURCE_PREFIX) for k in limits):
+        if not reason and gpu_pod:
             reason = "runs pods that request nvidia.com GPUs: which GPUs they hold is unknown"
         if units <= 0:
             continue

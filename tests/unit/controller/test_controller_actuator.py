@@ -76,6 +76,16 @@ def test_classify_and_drain_status() -> None:
     ]
     target = Target("p", "c", GPUS, evict=("a/gpu",))
     unexpected, to_evict, remaining = drain_status(views, target)
+    # a GPU resource of zero holds nothing (the API server writes `0`, `0Gi`, `0.0`...); an unreadable one may
+    zeros = [{"metadata": {"namespace": "z", "name": f"zero-{v}"},
+              "spec": {"containers": [{"resources": {"limits": {"migctl.io/vram": v, "nvidia.com/gpu": 0}}}]}}
+             for v in ("0", "0Gi", "0.0", "0Mi")]  # fmt: skip
+    odd = {"metadata": {"namespace": "z", "name": "odd"},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "one"}}}]}}  # fmt: skip
+    assert [(v.key, v.gpu) for v in classify_pods([*zeros, odd], "migctl.io/vram")] == [
+        *((f"z/zero-{v}", False) for v in ("0", "0Gi", "0.0", "0Mi")),
+        ("z/odd", True),
+    ]
     assert unexpected == [] and [p.key for p in to_evict] == ["a/gpu"] and remaining == ["a/gpu", "a/vram"]
 
     late = [*views, PodView("b/late", "", terminating=False, gpu=True)]

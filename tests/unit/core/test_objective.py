@@ -32,9 +32,7 @@ def test_reshape_last_ranks_every_reshape_after_every_existing_instance(
     assert (plain < existing_cost(other_waste, 0, 0)) == (waste + unusable < other_waste)
 
 
-@given(
-    waste=ints, scarce=ints, other=ints, unusable=ints, useful=ints, reconfigure=st.booleans(), last=st.booleans()
-)
+@given(waste=ints, scarce=ints, other=ints, unusable=ints, useful=ints, reconfigure=st.booleans(), last=st.booleans())
 def test_with_scarce_is_the_cost_the_option_has_under_another_scarce_term(
     waste: int, scarce: int, other: int, unusable: int, useful: int, reconfigure: bool, last: bool
 ) -> None:
