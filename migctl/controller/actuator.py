@@ -204,7 +204,9 @@ class Actuator(RollbackSteps):
 
     def _drain(self, name: str, target: Target, since: float) -> str:
         while True:
-            pods = classify_pods(self.kube.list_pods_on_node(name), self.config.planner.vram_resource)
+            pods = classify_pods(
+                self.kube.list_pods_on_node(name), self.config.planner.vram_resource, self.kube.read_node(name)
+            )
             unexpected, to_evict, remaining = drain_status(pods, target)
             if unexpected:
                 why = (f"GPU pod(s) {', '.join(unexpected)} started on the node after planning; not evicting pods "
