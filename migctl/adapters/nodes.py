@@ -45,6 +45,7 @@ from migctl.wire.names import (
 from migctl.wire.names import GPU_COUNT as GFD_COUNT
 from migctl.wire.names import GPU_MEMORY as GFD_MEMORY
 from migctl.wire.names import GPU_PRODUCT as GFD_PRODUCT
+from migctl.wire.versions import UnknownVersionError
 
 
 def _live_model(model: GpuModel, labels: Mapping[str, str], where: str, ctx: NodeContext) -> GpuModel:
@@ -288,6 +289,10 @@ def node_from_object(
                     ctx.mig_parted_source,
                     ctx.version,
                 )
+        except UnknownVersionError as e:  # another migctl's record: never planned from, never overwritten
+            frozen = f"left alone: {e}"
+            ctx.warn(where, f"{e}; node left alone", "Node")
+            configs = {}
         except (InputError, ValueError, TypeError, AttributeError) as e:
             ctx.warnings.append(f"{where}: current layout unreadable: {e}")
             configs = {}

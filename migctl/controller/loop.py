@@ -43,7 +43,7 @@ from migctl.controller.events import EventSink
 from migctl.controller.guards import BatchWindow, Candidate, EvictionLedger, NodeRecord, holds, select
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, UnreadableError, read_state
+from migctl.controller.nodestate import PHASE_ANNOTATIONS, LeftAlone, UnreadableError, read_state
 from migctl.core.catalog import Catalog, load_catalog
 from migctl.core.cluster import Snapshot
 from migctl.core.plan import Plan
@@ -514,6 +514,8 @@ class Controller:
                 failed = False
             except NodeChanged as e:
                 log.info("node %s: not started: %s; re-planning", node, e, extra={"node": node})
+            except LeftAlone as e:  # another migctl version's change: retried after the backoff, never rolled back
+                log.warning("node %s: %s", node, e, extra={"node": node})
             except Stopped:
                 failed = False
                 log.info("node %s: stopped acting (leadership lost or shutting down)", node, extra={"node": node})
