@@ -36,6 +36,7 @@ class PodOutcome(NamedTuple):
     pod: Pod | None
     notes: tuple[str, ...]
     error: Exception | None = None
+    doubts: tuple[tuple[str, str], ...] = ()  # a bound pod's unreadable values of resources that may hold a GPU
 
 
 @dataclass(frozen=True)

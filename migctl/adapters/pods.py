@@ -16,9 +16,10 @@ from decimal import Decimal
 from typing import Any
 
 from migctl.adapters.fields import items, mapping, maps, short
+from migctl.adapters.requests import ContainerRequests, effective, read_containers, read_overhead
 from migctl.core import label_values
 from migctl.core.cluster import GpuDemand, Pod, Requirement, Resources, Term, Toleration
-from migctl.core.demand import effective_requests, shared_instances
+from migctl.core.demand import shared_instances
 from migctl.core.label_values import MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_POD
 from migctl.core.naming import profile_from_resource
 from migctl.core.quantity import MIB, parse_quantity, to_count
@@ -26,7 +27,6 @@ from migctl.core.settings import PlannerSettings
 from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler
 from migctl.wire.names import WHOLE_GPU_RESOURCE, is_nvidia
 
-_COUNTED = ("cpu", "memory", "pods")
 _INT = re.compile(r"^-?[0-9]{1,10}$")
 _dumps = marshal.dumps
 
@@ -45,29 +45,6 @@ def quantity_at(value: Any, where: str) -> Decimal:
 
 # ---------------------------------------------------------------------------------------------------------
 # Pods
-
-
-def _container_requests(
-    c: Mapping[str, Any], where: str, lenient: list[str] | None = None, gpu_resource: str = ""
-) -> dict[str, Decimal]:
-    """The container's effective requests. With `lenient` (a bound pod), an unreadable resource that neither
-    MIG planning nor the node's GPU use depends on (not cpu, memory, pods, an nvidia.com resource or the VRAM
-    resource `gpu_resource`) is noted there and left out instead of making the whole pod unreadable."""
-    res = c.get("resources")
-    res = res if type(res) is dict else mapping(res, f"{where}.resources")
-    limits, requests = res.get("limits"), res.get("requests")
-    merged: dict[str, Any] = dict(limits if type(limits) is dict else mapping(limits, f"{where}.resources.limits"))
-    merged.update(requests if type(requests) is dict else mapping(requests, f"{where}.resources.requests"))
-    out: dict[str, Decimal] = {}  # requests default to limits
-    for k, v in merged.items():
-        try:
-            out[str(k)] = parse_quantity(v)
-        except ValueError as e:
-            error = ValueError(f"{where}.resources[{k}]: {e}")  # the path is spelled only when it is needed
-            if lenient is None or str(k) in (*_COUNTED, gpu_resource) or is_nvidia(str(k)):
-                raise error from e
-            lenient.append(f"{error}; ignored (not a resource GPU planning counts)")
-    return out
 
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -133,44 +110,62 @@ _ZERO = Decimal(0)
 Shapes = dict[bytes, tuple[tuple[GpuDemand, ...], Resources]]
 
 
-def _requests(spec: Mapping[str, Any], lenient: list[str] | None, vram: str) -> tuple[tuple[GpuDemand, ...], Resources]:
-    """The pod's GPU demand and its CPU, memory and pod-slot request, from its containers and overhead."""
-    containers = [
-        _container_requests(c, f"spec.containers[{i}]", lenient, vram)
-        for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))
-    ]
-    raw_inits = spec.get("initContainers")
-    inits = (
-        []
-        if raw_inits is None
-        else [
-            (_container_requests(c, f"spec.initContainers[{i}]", lenient, vram), c.get("restartPolicy") == "Always")
-            for i, c in enumerate(maps(raw_inits, "spec.initContainers"))
-        ]
-    )
-    raw_overhead = spec.get("overhead")
-    overhead = (
-        None
-        if raw_overhead is None
-        else {str(k): quantity_at(v, f"spec.overhead[{k}]") for k, v in mapping(raw_overhead, "spec.overhead").items()}
-    )
-    eff = effective_requests(containers, inits, overhead)
+Doubts = list[tuple[str, str]]  # (resource, why its value cannot be read) of a bound pod
+
+
+def holds_devices(resource: str, vram: str) -> bool:
+    """Whether a resource may stand for GPU devices (or a share of one): nvidia.com resources and the VRAM
+    resource. A bound pod's unreadable value of one may hold a device, where its node offers that resource."""
+    return resource == vram or is_nvidia(resource)
+
+
+def _requests(
+    spec: Mapping[str, Any], notes: list[str] | None, doubts: Doubts | None, vram: str
+) -> tuple[tuple[GpuDemand, ...], Resources]:
+    """The pod's GPU demand and its CPU, memory and pod-slot request, from its containers and overhead.
+
+    Without `notes` (a pending pod) any value that cannot be read raises. With them (a bound pod, which holds
+    what it holds), it is read resource by resource: an unreadable value of a resource that may hold a GPU
+    device goes to `doubts` (the snapshot asks its node whether it offers that resource), any other to `notes`,
+    and the pod counts by the values that can be read."""
+    apps, inits = read_containers(spec)
+    for c in (*apps, *inits):
+        for res in c.unreadable:
+            if notes is None or doubts is None:
+                raise ValueError(c.problem(res))
+            if holds_devices(res, vram):
+                doubts.append((res, c.problem(res)))
+            else:
+                notes.append(f"{c.problem(res)}; ignored (it holds no GPU)")
+    eff = effective(apps, inits, read_overhead(spec))
     demands: list[GpuDemand] = []
     for res, value in sorted(eff.items()):
         if not value:
             continue
-        profile = profile_from_resource(res)
-        if profile is not None:
-            n = _to_int(value, f"resources[{res}]", MAX_INSTANCES_PER_POD)
-            demands.append(GpuDemand("profile", n, profile=profile))
-        elif res == WHOLE_GPU_RESOURCE:
-            demands.append(GpuDemand("gpu", _to_int(value, f"resources[{res}]", MAX_GPUS_PER_NODE)))
-        elif res == vram:
-            if value <= 0:
-                raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
-            demands.extend(_vram_demands(containers, inits, res))
+        try:
+            demands.extend(_demand(res, value, apps, inits, vram))
+        except ValueError as e:
+            if notes is None or doubts is None:
+                raise
+            doubts.append((res, str(e)))
     cpu_m, memory = math.ceil(eff.get("cpu", _ZERO) * 1000), math.ceil(eff.get("memory", _ZERO))
     return tuple(demands), Resources(cpu_m, memory, 1)
+
+
+def _demand(
+    res: str, value: Decimal, apps: Sequence[ContainerRequests], inits: Sequence[ContainerRequests], vram: str
+) -> list[GpuDemand]:
+    """The GPU demand of one resource's effective request; ValueError naming it when it cannot be one."""
+    profile = profile_from_resource(res)
+    if profile is not None:
+        return [GpuDemand("profile", _to_int(value, f"resources[{res}]", MAX_INSTANCES_PER_POD), profile=profile)]
+    if res == WHOLE_GPU_RESOURCE:
+        return [GpuDemand("gpu", _to_int(value, f"resources[{res}]", MAX_GPUS_PER_NODE))]
+    if res == vram:
+        if value <= 0:
+            raise ValueError(f"resources[{res}]: {value} is not a positive amount of memory")
+        return _vram_demands([c.values for c in apps], [(c.values, c.restartable) for c in inits], res)
+    return []
 
 
 def _shape(spec: Mapping[str, Any]) -> bytes | None:
@@ -194,12 +189,17 @@ def _shape(spec: Mapping[str, Any]) -> bytes | None:
 
 
 def pod_from_object(
-    obj: Mapping[str, Any], settings: PlannerSettings, notes: list[str] | None = None, shapes: Shapes | None = None
+    obj: Mapping[str, Any],
+    settings: PlannerSettings,
+    notes: list[str] | None = None,
+    shapes: Shapes | None = None,
+    doubts: Doubts | None = None,
 ) -> Pod:
     """Translate one Pod; raises ValueError/TypeError naming the field on nonsense (the caller records a
     rejection). A bad `migctl.io/vram` annotation (the real need) only matters to a pending pod: on a bound pod,
     with `notes` given, it is noted there and the pod still counts by its resources (it holds them); so is an
-    unreadable resource MIG planning does not count (`_container_requests`).
+    unreadable value of a resource that holds no GPU, and one of a resource that may (`doubts`, see
+    `_requests`).
 
     A snapshot holds thousands of pods, so the common case (fields absent or of the right type) is read without
     building the paths that only an error message needs; and with `shapes` (one dict per snapshot and planner
@@ -209,13 +209,14 @@ def pod_from_object(
     status = mapping(obj.get("status"), "status")
     bound = spec.get("nodeName")
     lenient = notes if bound else None
+    doubted: Doubts | None = None if lenient is None else (doubts if doubts is not None else [])
     key = _shape(spec) if shapes is not None else None
     known = shapes.get(key) if shapes is not None and key is not None else None
     if known is None:
-        noted = len(lenient) if lenient is not None else 0
-        known = _requests(spec, lenient, settings.vram_resource)
-        if shapes is not None and key is not None and (lenient is None or len(lenient) == noted):
-            shapes[key] = known
+        said = _said(lenient, doubted)
+        known = _requests(spec, lenient, doubted, settings.vram_resource)
+        if shapes is not None and key is not None and _said(lenient, doubted) == said:
+            shapes[key] = known  # only a reading that noted nothing is shared
     demands, requests = known
     annotations = mapping(meta.get("annotations"), "metadata.annotations")
     need = None
@@ -261,6 +262,10 @@ def pod_from_object(
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         gpu_index=_gpu_index(annotations),
     )
+
+
+def _said(notes: list[str] | None, doubts: Doubts | None) -> tuple[int, int]:
+    return (len(notes) if notes is not None else 0, len(doubts) if doubts is not None else 0)
 
 
 def _node_selector(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -94,6 +95,9 @@ def plan_command(
             except MigctlError as e:
                 fail(str(e))
             source = "live cluster"
+        found = nothing_to_plan(objects)
+        if found:
+            click.echo(f"warning: {source}: {found}", err=True)
         snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
         result = make_plan(snapshot, settings)
     fallback = fallback_section(objects, catalog, settings, cfg.fallback, snapshot)
@@ -108,6 +112,26 @@ def plan_command(
         click.echo("\n" + render_fallback(fallback, explain))
     if vram:
         click.echo("\n" + render_vram_requests(vram))
+
+
+_EXPECTED = "nothing to plan (expected Nodes and Pods, e.g. kubectl get nodes,pods,configmaps -A -o yaml)"
+
+
+def nothing_to_plan(objects: Sequence[Mapping[str, Any]]) -> str:
+    """Why these objects cannot make a plan (no objects, no Node), saying what they are; "" when they have a Node.
+
+    A user who exported the wrong thing (`kubectl get pods` only, an empty file) is told, not shown an empty plan.
+    """
+    kinds = Counter(str(o.get("kind") or "untyped object") for o in objects)
+    if kinds["Node"]:
+        return ""
+    if not objects:
+        return f"no Kubernetes objects found (an empty file?); {_EXPECTED}"
+    what = ", ".join(
+        f"{n} {k}{'' if n == 1 else 's'}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    noun = "object" if len(objects) == 1 else "objects"
+    return f"the input has {len(objects)} {noun}: {what}, no Node; {_EXPECTED}"
 
 
 @contextmanager
@@ -246,9 +270,10 @@ def vram_requests_section(
     not applied (the pod annotation is).
     """
     from migctl.adapters.pods import placement_from_object
+    from migctl.adapters.requests import vram_containers
     from migctl.config.webhook import WebhookSettings
     from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
-    from migctl.core.vram_request import VramDecision, decide, vram_containers
+    from migctl.core.vram_request import VramDecision, decide
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)
@@ -268,7 +293,7 @@ def vram_requests_section(
         if spec.get("schedulerName") == rules.fallback_scheduler:
             continue  # the fallback section shows these
         pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        containers = None if pod in unreadable else vram_containers(obj, rules)
+        containers = None if pod in unreadable else vram_containers(obj, rules.resource)
         if containers is None:
             continue
         placement: Pod | str | None = read.get(pod)
@@ -277,7 +302,7 @@ def vram_requests_section(
                 placement = placement_from_object(obj)
             except (ValueError, KeyError, TypeError) as e:
                 placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"
-        decision = decide(obj, placement, index, rules, containers=containers)
+        decision = decide(obj, containers, placement, index, rules)
         if id(decision) not in shown:
             shown[id(decision)] = (decision, decision.to_dict())  # the decision kept: its id stays its own
         out.append(({"pod": pod}, shown[id(decision)][1]))

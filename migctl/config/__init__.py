@@ -212,6 +212,11 @@ class Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    version: Literal["v1"] = Field(
+        "v1",
+        description="The config file's format version. Absent means v1; a file of another version is refused "
+        "(written for a migctl that reads it differently).",
+    )
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     gpu_operator: GpuOperatorSettings = Field(default_factory=GpuOperatorSettings)
     controller: ControllerSettings = Field(default_factory=ControllerSettings)

@@ -21,7 +21,7 @@ dry-run controller finding an abandoned node all end in rollback.py's rollback o
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
@@ -43,6 +43,7 @@ from migctl.controller.nodestate import (
     PHASES,
     ROLLING_BACK,
     VERIFYING,
+    LeftAlone,
     NodeState,
     Rollback,
     Target,
@@ -106,6 +107,8 @@ def phase_timeout(phase: str, settings: Any) -> float:
 def abandoned(state: NodeState, now: float, settings: Any) -> bool:
     """No live controller can still be driving this node: unreadable, or its phase ran past its timeout by more
     than a poll, a resync and one API call (a live one would have moved it to rolling-back by then)."""
+    if state.foreign:
+        return False  # another migctl version's: never released by this one
     if state.problem or state.since is None:
         return True
     grace = settings.poll_interval_s + settings.resync_interval_s + settings.api_timeout_s
@@ -155,6 +158,8 @@ class Actuator(RollbackSteps, InPlaceSteps):
         state = read_state(annotations_of(node), self.clock())
         if not state.in_flight:
             return self._untaint_orphan(name) if self._tainted(node) else "idle"
+        if state.foreign:
+            self._leave_alone(name, state)
         if state.problem or state.target is None or state.since is None:
             return self._unreadable(name, state)
         target, since = state.target, state.since
@@ -187,6 +192,8 @@ class Actuator(RollbackSteps, InPlaceSteps):
             return "waiting"
         if not state.in_flight:
             return self._untaint_orphan(name) if self._tainted(node) else "idle"
+        if state.foreign:
+            self._leave_alone(name, state)
         if state.problem or state.target is None:
             return self._unreadable(name, state)
         if state.phase == ROLLING_BACK and state.rollback is not None:
@@ -195,6 +202,14 @@ class Actuator(RollbackSteps, InPlaceSteps):
             return self.release_in_place(name, state, why)
         relabel = state.phase != DRAINING or self._label_moved(node, state.target)
         return self._rollback(name, state.target, Rollback(why, "released", relabel, backoff=False))
+
+    def _leave_alone(self, name: str, state: NodeState) -> NoReturn:
+        """Another migctl version wrote this node's phase annotations: say so and write nothing (LeftAlone; the
+        loop retries after a doubling backoff, in case that migctl finishes or this one is upgraded)."""
+        why = f"left alone: {state.foreign}"
+        self._log(None, name, "%s", why, level=logging.WARNING)
+        self.events.emit(ev.node_ref(name), ev.NEEDS_ATTENTION, why, warning=True)
+        raise LeftAlone(why)
 
     def _untaint_orphan(self, name: str) -> str:
         def mutate(node: Obj) -> Obj | None:
@@ -211,7 +226,9 @@ class Actuator(RollbackSteps, InPlaceSteps):
 
     def _drain(self, name: str, target: Target, since: float) -> str:
         while True:
-            pods = classify_pods(self.kube.list_pods_on_node(name), self.config.planner.vram_resource)
+            pods = classify_pods(
+                self.kube.list_pods_on_node(name), self.config.planner.vram_resource, self.kube.read_node(name)
+            )
             unexpected, to_evict, remaining = drain_status(pods, target)
             if unexpected:
                 why = (f"GPU pod(s) {', '.join(unexpected)} started on the node after planning; not evicting pods "

@@ -68,11 +68,12 @@ def agent_target(target: Target) -> wire.Target:
     return wire.Target(target.plan_id, {i: dict(g.layout) for i, g in target.gpus.items() if g.mig_enabled})
 
 
-def unadmitted(pods: Iterable[Obj], vram_resource: str) -> list[str]:
+def unadmitted(pods: Iterable[Obj], vram_resource: str, node: Obj | None = None) -> list[str]:
     """GPU pods bound to the node that the kubelet has not admitted yet: phase Pending and no container status (the
     kubelet allocates devices at admission, before it reports any container). These would fail admission while the
-    device plugin re-registers."""
-    gpu = {p.key for p in classify_pods(pods, vram_resource) if p.gpu and not p.terminating}
+    device plugin re-registers. With `node`, only resources it offers count (an absurd one holds nothing)."""
+    pods = list(pods)
+    gpu = {p.key for p in classify_pods(pods, vram_resource, node) if p.gpu and not p.terminating}
     out = []
     for p in pods:
         meta, status = p.get("metadata") or {}, p.get("status") or {}
@@ -170,7 +171,8 @@ class InPlaceSteps(ActuatorBase):
 
     def _admit(self, name: str, target: Target, since: float) -> str:
         while True:
-            waiting = unadmitted(self.kube.list_pods_on_node(name), self.config.planner.vram_resource)
+            node = self.kube.read_node(name)
+            waiting = unadmitted(self.kube.list_pods_on_node(name), self.config.planner.vram_resource, node)
             if not waiting:
                 break
             if self.clock() - since >= self.settings.in_place_admission_timeout_s:

@@ -41,6 +41,7 @@ from migctl.controller.events import EventSink
 from migctl.controller.guards import BatchWindow, EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
+from migctl.controller.nodestate import LeftAlone
 from migctl.controller.reconcile import NodeFacts, Start, decide, freeze, frozen_nodes, reserved_pods, resumptions
 from migctl.controller.reporting import Reporter
 from migctl.controller.snapshots import build_snapshot
@@ -412,6 +413,8 @@ class Controller:
                 failed = False
             except NodeChanged as e:
                 log.info("node %s: not started: %s; re-planning", node, e, extra={"node": node})
+            except LeftAlone as e:  # another migctl version's change: retried after the backoff, never rolled back
+                log.warning("node %s: %s", node, e, extra={"node": node})
             except Stopped:
                 failed = False
                 log.info("node %s: stopped acting (leadership lost or shutting down)", node, extra={"node": node})

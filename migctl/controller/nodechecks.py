@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from migctl.adapters.kube.interface import Obj
+from migctl.adapters.nodes import offers
+from migctl.adapters.requests import holds_any
 from migctl.controller.nodestate import Target
 from migctl.core.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.migparted import GpuConfig
@@ -93,20 +95,23 @@ class PodView:
     gpu: bool
 
 
-def classify_pods(pods: Iterable[Obj], vram_resource: str) -> list[PodView]:
-    """Pods bound to a node, with whether they hold a GPU resource (finished pods are left out)."""
+def classify_pods(pods: Iterable[Obj], vram_resource: str, node: Obj | None = None) -> list[PodView]:
+    """Pods bound to a node, with whether they hold a GPU resource (`adapters/requests.py`, the one reader of
+    requests; finished pods are left out). With `node`, only a resource the node offers can hold one there, as
+    the snapshot reads it (`adapters/objects.py`): an absurd value of a resource it does not offer holds none."""
+
+    def device(resource: str) -> bool:
+        return (is_nvidia(resource) or resource == vram_resource) and (node is None or offers(node, resource))
+
     out = []
     for p in pods:
-        meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
+        meta, status = p.get("metadata") or {}, p.get("status") or {}
         if status.get("phase") in ("Succeeded", "Failed"):
             continue
-        gpu = False
-        for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-            res = c.get("resources") or {}
-            for part in (res.get("limits") or {}, res.get("requests") or {}):
-                for k, v in part.items():
-                    if (is_nvidia(k) or k == vram_resource) and str(v) not in ("0", ""):
-                        gpu = True
+        try:  # a GPU resource of 0 (`0`, `0Gi`) holds nothing; one that cannot be read may hold a GPU
+            gpu = holds_any(p, device)
+        except (TypeError, ValueError):
+            gpu = True  # containers that cannot be read: the safe side, as a GPU pod
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         out.append(PodView(key, str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")), gpu))
     return out

@@ -8,6 +8,10 @@ value and what was expected, and the actuator rolls such a node back (docs/troub
   `plan` equals `plan-id` (a mismatch means two writers mixed their annotations);
 * `phase`: one of `PHASES`; `phase-since`: plain ASCII decimal seconds, not in the future (beyond clock skew);
 * `rollback` (phase `rolling-back` only): a JSON object of `_RollbackDoc`'s shape.
+
+`target` and `rollback` carry a `version` (`wire/versions.py`; unversioned reads as v1). One of another version
+was written by a migctl this one does not know: `NodeState.foreign` says so, and the actuator leaves the node
+alone (never rolls it back: the other migctl may still be driving it).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from migctl.core.migparted import GpuConfig
 from migctl.wire import layout
 from migctl.wire.layout import GpuLayout
 from migctl.wire.names import PHASE, PHASE_SINCE, PLAN_ID, ROLLBACK, TARGET
+from migctl.wire.versions import VERSION, UnknownVersionError, check_version
 
 DRAINING, APPLYING, VERIFYING, ROLLING_BACK = "draining", "applying", "verifying", "rolling-back"
 # The in-place path's phases (controller/inplace.py): waiting for bound pods' admission, for the agent, for allocatable.
@@ -81,6 +86,15 @@ class UnreadableError(ValueError):
     """An annotation value migctl cannot use; the message names the annotation, the value and the expectation."""
 
 
+class ForeignStateError(UnreadableError, UnknownVersionError):
+    """A value of another migctl version: an UnknownVersionError to `read_state`, which leaves the node alone;
+    and unreadable to a caller that only skips what it cannot read."""
+
+
+class LeftAlone(Exception):  # noqa: N818 (an outcome, not a failure of this migctl)
+    """The actuator will not act on a node whose state another migctl version wrote (`NodeState.foreign`)."""
+
+
 def _shown(value: str | None) -> str:
     if value is None:
         return "<missing>"
@@ -88,12 +102,27 @@ def _shown(value: str | None) -> str:
 
 
 def _parse(doc: type[_Doc], key: str, text: str) -> Any:
+    """The document, or UnreadableError naming the field; UnknownVersionError when another version wrote it."""
+    _check_version(key, text)
     try:
         return doc.model_validate_json(text)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise UnreadableError(f"{key}={_shown(text)}: {where}: {first['msg']}") from None
+
+
+def _check_version(key: str, text: str) -> None:
+    """Only the version is looked at here: a value whose shape this migctl does not know is still of a version."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return  # not JSON: the document's own check says why
+    if isinstance(data, dict):
+        try:
+            check_version(data, key)
+        except UnknownVersionError as e:
+            raise ForeignStateError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -111,6 +140,7 @@ class Target:
 
     def to_json(self) -> str:
         doc = {
+            "version": VERSION,
             "plan": self.plan_id,
             "config": self.config,
             "gpus": layout_json(self.gpus),
@@ -142,7 +172,7 @@ class Rollback:
     uncertain: bool = False
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True)
+        return json.dumps({"version": VERSION, **self.__dict__}, sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> Rollback:
@@ -161,6 +191,7 @@ class NodeState:
     rollback: Rollback | None
     problem: str
     raw: tuple[str | None, ...]  # the annotation values as read: a write that releases the node expects them
+    foreign: str = ""  # another migctl version wrote them: leave the node alone (never roll it back)
 
     @property
     def in_flight(self) -> bool:
@@ -196,11 +227,14 @@ def read_state(annotations: Mapping[str, Any], now: float) -> NodeState:
     except UnreadableError as e:
         problems.append(str(e))
     target = None
+    foreign: list[str] = []
     if target_text is None:
         problems.append(f"{TARGET} is missing")
     else:
         try:
             target = Target.from_json(target_text)
+        except UnknownVersionError as e:
+            foreign.append(str(e))
         except UnreadableError as e:
             problems.append(str(e))
     if target is not None and target.plan_id != plan_id:
@@ -210,9 +244,15 @@ def read_state(annotations: Mapping[str, Any], now: float) -> NodeState:
     if phase == ROLLING_BACK:
         try:
             rollback = Rollback.from_json(rollback_text or "")
+        except UnknownVersionError as e:
+            foreign.append(str(e))
         except UnreadableError as e:
             problems.append(str(e))
-    return NodeState(str(phase or ""), str(plan_id or ""), since, target, rollback, "; ".join(problems), raw)
+    if foreign:  # what this migctl cannot read of it is another migctl's business, not a problem to roll back
+        problems = []
+    return NodeState(
+        str(phase or ""), str(plan_id or ""), since, target, rollback, "; ".join(problems), raw, "; ".join(foreign)
+    )
 
 
 def target_configs(annotations: Mapping[str, Any]) -> set[str]:
@@ -222,6 +262,9 @@ def target_configs(annotations: Mapping[str, Any]) -> set[str]:
         return set()
     try:
         target = Target.from_json(str(text))
+    except UnknownVersionError:  # another migctl's change: keep whatever configs it names, read leniently
+        data = json.loads(str(text))
+        return {str(data[k]) for k in ("config", "previous_config") if isinstance(data.get(k), str) and data[k]}
     except UnreadableError:
         return set()
     return {c for c in (target.config, target.previous_config) if c}

@@ -13,13 +13,35 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from migctl.core.cluster import Pod, Resources
+from migctl.core.cluster import Node, Pod, Resources
 from migctl.core.placement import NodeIndex, signature
 
-if TYPE_CHECKING:
-    from migctl.core.vram_fit import VramGpu, VramNode
+
+@dataclass(frozen=True, slots=True)
+class VramGpu:
+    """One GPU without MIG: its capacity and the units attributed to pods placed on it (pod annotations)."""
+
+    index: int
+    uuid: str | None
+    capacity: int
+    used: int = 0
+
+
+@dataclass(frozen=True)
+class VramNode:
+    """A node as the fallback sees it; `reason` non-empty means migctl must not place pods there."""
+
+    node: Node
+    gpus: tuple[VramGpu, ...]
+    unattributed: int = 0  # units held by pods without a GPU annotation: they may sit on any GPU
+    source: str = ""  # "agent" (NVML) or "gfd" (labels)
+    reason: str = ""
+
+    def free(self, gpu: VramGpu) -> int:
+        return max(0, gpu.capacity - gpu.used - self.unattributed)
+
 
 Entry = tuple[int, str, int]  # (free units, node name, GPU index) or (total free units, node name, GPU count)
 

@@ -15,39 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from migctl.core.cluster import Node, Pod
+from migctl.core.cluster import Pod
 from migctl.core.placement import tally
-from migctl.core.vram_board import Board
+from migctl.core.vram_board import Board, VramNode
 from migctl.wire import names
 
 GPU_INDEX_ANNOTATION = names.GPU_INDEX
 GPU_UUID_ANNOTATION = names.GPU_UUID
 VISIBLE_DEVICES_ANNOTATION = names.VISIBLE_DEVICES
 MIB = 2**20
-
-
-@dataclass(frozen=True, slots=True)
-class VramGpu:
-    """One GPU without MIG: its capacity and the units attributed to pods placed on it (pod annotations)."""
-
-    index: int
-    uuid: str | None
-    capacity: int
-    used: int = 0
-
-
-@dataclass(frozen=True)
-class VramNode:
-    """A node as the fallback sees it; `reason` non-empty means migctl must not place pods there."""
-
-    node: Node
-    gpus: tuple[VramGpu, ...]
-    unattributed: int = 0  # units held by pods without a GPU annotation: they may sit on any GPU
-    source: str = ""  # "agent" (NVML) or "gfd" (labels)
-    reason: str = ""
-
-    def free(self, gpu: VramGpu) -> int:
-        return max(0, gpu.capacity - gpu.used - self.unattributed)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from migctl.core.cluster import GpuDemand, Pod
 from migctl.core.demand import effective_requests, profiles_for, shared_instances
 from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
 from migctl.core.placement import signature
-from migctl.core.quantity import MIB, parse_quantity
+from migctl.core.quantity import MIB
 from migctl.core.vram_choice import (
     CHOICE_ANNOTATION,
     OPT_OUT_KEY,
@@ -76,6 +76,7 @@ __all__ = [
     "PRODUCT_LABEL",
     "WHOLE",
     "Capacity",
+    "ContainerAsk",
     "ContainerChoice",
     "ModelOffer",
     "NodeOffer",
@@ -83,11 +84,8 @@ __all__ = [
     "PodContainers",
     "VramDecision",
     "VramRules",
-    "asks_for_vram",
     "decide",
     "offers_from_snapshot",
-    "vram_containers",
-    "vram_requests",
 ]
 
 
@@ -98,72 +96,48 @@ def _leave(reason: str) -> VramDecision:
     return VramDecision("leave", reason)
 
 
-def _resources(c: Mapping[str, Any]) -> dict[str, Any]:
-    res = c.get("resources") or {}
-    merged: dict[str, Any] = dict(res.get("limits") or {})  # requests default to limits
-    merged.update(res.get("requests") or {})
-    return merged
+@dataclass(frozen=True, slots=True)
+class ContainerAsk:
+    """One container as the adapter read it (`adapters/requests.py`, the one reader of a container's
+    `resources`): which it is, the resources it names, and its VRAM request, read or why not."""
+
+    init: bool
+    index: int
+    name: str
+    sidecar: bool  # an init container with restartPolicy Always
+    named: tuple[str, ...]  # every resource it requests or limits
+    vram_text: str | None  # its VRAM request as written; None when it names none
+    vram: Decimal | None = None  # read by the strict parser; None when absent or unreadable
+    vram_error: str = ""  # why it cannot be read
 
 
-PodContainers = list[tuple[bool, int, Mapping[str, Any], dict[str, Any]]]  # (init, index, container, resources)
-
-
-def _containers(pod: Mapping[str, Any]) -> PodContainers:
-    """Each container with its resources read once (app containers first, then init containers)."""
-    spec = pod.get("spec") or {}
-    return [
-        (init, i, c, _resources(c))
-        for init, key in ((False, "containers"), (True, "initContainers"))
-        for i, c in enumerate(spec.get(key) or [])
-    ]
-
-
-def vram_containers(pod: Mapping[str, Any], rules: VramRules) -> PodContainers | None:
-    """The pod's containers as `decide` reads them, when any names the VRAM resource; None otherwise. For a list
-    of pods: `asks_for_vram` and the containers `decide` takes, read once."""
-    containers = _containers(pod)
-    return containers if any(rules.resource in resources for *_, resources in containers) else None
+PodContainers = Sequence[ContainerAsk]  # app containers first, then init containers
 
 
 def _names_gpu(resource: str) -> bool:
     return resource == WHOLE_GPU_RESOURCE or resource.startswith(RESOURCE_PREFIX)
 
 
-def asks_for_vram(pod: Mapping[str, Any], rules: VramRules) -> bool:
-    """Whether any container names the VRAM resource (a cheap test before `decide`, for a list of pods)."""
-    return vram_containers(pod, rules) is not None
-
-
-def vram_requests(pod: Mapping[str, Any], rules: VramRules) -> tuple[list[ContainerChoice], list[str]]:
-    """Each container's VRAM request (app containers first, then init containers), and problems reading them.
-
-    Each comes with the instance it uses and what that instance must hold (`demand.shared_instances`)."""
-    return _vram_requests(_containers(pod), rules)
-
-
 def _vram_requests(containers: PodContainers, rules: VramRules) -> tuple[list[ContainerChoice], list[str]]:
     asked: list[tuple[str, int, bool, str, int, bool]] = []  # (name, index, init, request, MiB, sidecar)
     problems: list[str] = []
-    for init, i, c, resources in containers:
-        raw = resources.get(rules.resource)
-        if raw is None:
+    for c in containers:
+        if c.vram_text is None:
             continue
+        init, i, name, raw = c.init, c.index, c.name, c.vram_text
         key = "initContainers" if init else "containers"
-        name = str(c.get("name") or f"#{i}")
-        try:
-            value = parse_quantity(raw)
-        except ValueError as e:
-            problems.append(f"{key}[{i}] {name!r}: {rules.resource}: {e}")
+        if c.vram is None:
+            problems.append(f"{key}[{i}] {name!r}: {rules.resource}: {c.vram_error}")
             continue
-        if value < 0:
+        if c.vram < 0:
             problems.append(f"{key}[{i}] {name!r}: {rules.resource}: {raw} is negative")
             continue
-        if value == 0:
+        if c.vram == 0:
             continue
-        asked.append((name, i, init, str(raw), math.ceil(value / MIB), init and c.get("restartPolicy") == "Always"))
+        asked.append((name, i, init, raw, math.ceil(c.vram / MIB), c.sidecar))
     if not asked or problems:
         return [ContainerChoice(n, i, init, r, mib, sidecar=sc) for n, i, init, r, mib, sc in asked], problems
-    n_init = sum(1 for init, *_ in containers if init)
+    n_init = sum(1 for c in containers if c.init)
     inits = [(0, False)] * n_init
     apps = [0] * (len(containers) - n_init)
     for _, i, init, _, mib, sidecar in asked:
@@ -249,18 +223,18 @@ def _products(offers: Iterable[ModelOffer], choices: Sequence[ContainerChoice]) 
 
 def decide(
     pod: Mapping[str, Any],
+    containers: PodContainers,
     placement: Pod | str,
     offers: Sequence[ModelOffer] | OfferIndex,
     rules: VramRules | None = None,
     namespace_labels: Mapping[str, str] | None = None,
-    containers: PodContainers | None = None,
 ) -> VramDecision:
     """What to do with one Pod object at creation (see the module docstring for the rules).
 
     `placement` is the pod as the planner reads it (only its selector, affinity and tolerations are used), or
-    why the adapter could not read it (a pod that asks for VRAM is then rejected with that message). Pass
-    one `OfferIndex` for many pods: the decision for a pod of a kind it has seen is remembered; and the pod's
-    `vram_containers` when they were read already."""
+    why the adapter could not read it (a pod that asks for VRAM is then rejected with that message), and
+    `containers` its containers as the adapter read them (`adapters.requests.vram_asks`). Pass one `OfferIndex`
+    for many pods: the decision for a pod of a kind it has seen is remembered."""
     rules = rules or VramRules()
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -271,37 +245,27 @@ def decide(
         return _leave(f"the namespace is labelled {rules.opt_out_key}={rules.opt_out_value}")
     if spec.get("schedulerName") == rules.fallback_scheduler:
         return _leave(f"schedulerName: {rules.fallback_scheduler} (migctl's fallback places it on a non-MIG GPU)")
-    containers = _containers(pod) if containers is None else containers
     if isinstance(placement, str) or not isinstance(offers, OfferIndex):
         return _decide(containers, placement, offers, rules)
-    kind = _kind(containers, rules)  # a pod of a kind the index has seen costs its key and one look-up
-    if kind is None:
-        return _decide(containers, placement, offers, rules)
+    kind = _kind(containers)  # a pod of a kind the index has seen costs its key and one look-up
     index, target = offers, placement
     hit = index.recall(("pod", kind, signature(target), rules), lambda: _decide(containers, target, index, rules))
     assert isinstance(hit, VramDecision)
     return hit
 
 
-def _kind(containers: PodContainers, rules: VramRules) -> bytes | None:
-    """What `_decide` reads of the containers, as a key: marshal's encoding, which writes each value with its
-    type (`1` is not `true`) and reads it back exactly, so equal keys are equal readings; None when something
-    there is not a plain value marshal can write."""
-    try:
-        return _dumps(
-            [
-                (init, i, c.get("name"), c.get("restartPolicy") if init else None, tuple(res), res.get(rules.resource))
-                for init, i, c, res in containers
-            ]
-        )
-    except ValueError:
-        return None
+def _kind(containers: PodContainers) -> bytes:
+    """What `_decide` reads of the containers, as a key (marshal's encoding: strings, booleans and tuples only,
+    so equal keys are equal readings)."""
+    return _dumps(
+        [(c.init, c.index, c.name, c.sidecar, c.named, c.vram_text, str(c.vram), c.vram_error) for c in containers]
+    )
 
 
 def _decide(
     containers: PodContainers, placement: Pod | str, offers: Sequence[ModelOffer] | OfferIndex, rules: VramRules
 ) -> VramDecision:
-    named = sorted({r for *_, resources in containers for r in resources if _names_gpu(r)})
+    named = sorted({r for c in containers for r in c.named if _names_gpu(r)})
     if named:
         return _leave(f"it already names a GPU resource ({', '.join(named)})")
     wanted, problems = _vram_requests(containers, rules)

@@ -14,27 +14,24 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
-from migctl.adapters.fields import mapping, maps
+from migctl.adapters.fields import mapping
+from migctl.adapters.node_gpus import match_model, read_node_gpus
 from migctl.adapters.objects import OBJECT_ERRORS, TERMINAL, snapshot_from_objects
-from migctl.adapters.pods import pod_from_object
+from migctl.adapters.pods import meta_of, pod_from_object
+from migctl.adapters.requests import effective_of, holds_any
 from migctl.config.fallback import FallbackSettings
 from migctl.core import label_values
 from migctl.core.catalog import Catalog
 from migctl.core.cluster import Snapshot
-from migctl.core.demand import effective_requests
-from migctl.core.inventory import parse_inventory
 from migctl.core.quantity import MIB, parse_quantity
 from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import VramGpu, VramNode, VramPod
-from migctl.errors import InputError
+from migctl.core.vram_board import VramGpu, VramNode
+from migctl.core.vram_fit import VramPod
 from migctl.wire.names import GPU_COUNT as GFD_COUNT
 from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION
 from migctl.wire.names import GPU_MEMORY as GFD_MEMORY
-from migctl.wire.names import GPU_PRODUCT as GFD_PRODUCT
-from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
 from migctl.wire.names import MIG_COUNT_SUFFIX, MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
 
 
@@ -66,34 +63,25 @@ def node_units(gpus: NodeGpus, settings: FallbackSettings) -> int | None:
     return sum(gpu_units(g.memory_mib, settings.reserve_mib_per_gpu, settings.unit_bytes) for g in gpus.gpus)
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata") or {}
-    return meta if type(meta) is dict or isinstance(meta, Mapping) else {}  # a dict: no ABC check
-
-
 def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
-    """Eligible GPUs of a Node object; None when it is not a GPU node at all."""
-    meta = _meta(node)
-    name = str(meta.get("name") or "")
-    labels = {str(k): str(v) for k, v in mapping(meta.get("labels"), "metadata.labels").items()}
-    raw = mapping(meta.get("annotations"), "metadata.annotations").get(INVENTORY_ANNOTATION)
-    if raw:
-        try:
-            inv = parse_inventory(str(raw), name)
-        except InputError as e:
-            return NodeGpus(source="agent", reason=f"unreadable inventory: {e}")
+    """Eligible GPUs of a Node object (its GPU facts from `adapters/node_gpus.py`, the snapshot's reader); None
+    when it is not a GPU node at all."""
+    facts = read_node_gpus(node)
+    if facts.has_inventory_annotation:
+        if facts.inventory is None:
+            return NodeGpus(source="agent", reason=f"unreadable inventory: {facts.inventory_error}")
+        inv = facts.inventory
         gpus = tuple(GpuMemory(g.index, g.uuid, g.memory_mib) for g in inv.gpus if not (g.mig_enabled or g.mig_pending))
         if inv.gpus and not gpus:
             return NodeGpus(source="agent", reason="every GPU has MIG on (or pending)")
         return NodeGpus(gpus, "agent") if inv.gpus else None
-    product = labels.get(GFD_PRODUCT, "")
+    labels, product = facts.labels, facts.product
     if not product:
         return None
-    try:
-        count = label_values.gpu_count(labels.get(GFD_COUNT, ""))
-    except ValueError as e:
-        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_COUNT}: {e}")
-    model, card = catalog.match_product(product), catalog.match_card(product)
+    if facts.count is None:
+        why = facts.count_error or "missing (expected a GPU count, 1..64)"
+        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_COUNT}: {why}")
+    model, card = match_model(facts, catalog)
     status = mapping(node.get("status"), "status")
     alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
     mig_on = any(
@@ -101,17 +89,15 @@ def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
     ) or any(str(k).startswith(MIG_RESOURCE_PREFIX) and _positive(v) for k, v in alloc.items())
     if mig_on:
         return NodeGpus(source="gfd", reason="some GPUs have MIG on; per-GPU MIG state needs the node agent")
-    memory = labels.get(GFD_MEMORY)
-    if memory is not None:
-        try:
-            mib = label_values.memory_mib(memory)
-        except ValueError as e:
-            return NodeGpus(source="gfd", reason=f"unreadable label {GFD_MEMORY}: {e}")
+    if facts.total_error:
+        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_MEMORY}: {facts.total_error}")
+    if facts.total_mib is not None:
+        mib = facts.total_mib
     elif card is not None or model is not None:
         mib = card.memory_mib if card is not None else model.memory_mib  # type: ignore[union-attr]
     else:
         return NodeGpus(source="gfd", reason=f"GPU product {product!r} has no {GFD_MEMORY} label and no catalog entry")
-    return NodeGpus(tuple(GpuMemory(i, None, mib) for i in range(count)), "gfd")
+    return NodeGpus(tuple(GpuMemory(i, None, mib) for i in range(facts.count)), "gfd")
 
 
 def _positive(value: object) -> bool:
@@ -123,34 +109,13 @@ def _positive(value: object) -> bool:
 
 
 def vram_units(obj: Mapping[str, Any], resource: str) -> int:
-    """A pod's effective request of `resource` (what the kube-scheduler accounts), in whole units."""
-    spec = mapping(obj.get("spec"), "spec")
-
-    def requests(c: Mapping[str, Any], where: str) -> dict[str, Decimal]:
-        res = mapping(c.get("resources"), f"{where}.resources")
-        merged = {**mapping(res.get("limits"), "limits"), **mapping(res.get("requests"), "requests")}
-        return {k: _q(v, f"{where}.resources[{k}]") for k, v in merged.items() if k == resource}
-
-    eff = effective_requests(
-        [requests(c, f"spec.containers[{i}]") for i, c in enumerate(maps(spec.get("containers"), "spec.containers"))],
-        [
-            (requests(c, f"spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
-            for i, c in enumerate(maps(spec.get("initContainers"), "spec.initContainers"))
-        ],
-        {
-            k: _q(v, f"spec.overhead[{k}]")
-            for k, v in mapping(spec.get("overhead"), "spec.overhead").items()
-            if k == resource
-        },
-    )
-    return math.ceil(eff.get(resource, Decimal(0)))
+    """A pod's effective request of `resource` (what the kube-scheduler accounts), in whole units; ValueError
+    naming the field when it cannot be read (`adapters/requests.py`)."""
+    return math.ceil(effective_of(obj, resource))
 
 
-def _q(value: object, where: str) -> Decimal:
-    try:
-        return parse_quantity(value)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
+def _requests_mig_or_whole_gpus(resource: str) -> bool:
+    return resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 @dataclass
@@ -180,7 +145,7 @@ def fallback_view(
     view = FallbackView(warnings=list(snapshot.warnings))
     bound: dict[str, list[Mapping[str, Any]]] = {}
     for obj in objs:
-        if obj.get("kind") != "Pod" or _meta(obj).get("deletionTimestamp"):
+        if obj.get("kind") != "Pod" or meta_of(obj).get("deletionTimestamp"):
             continue
         spec, status = obj.get("spec"), obj.get("status")
         spec = spec if type(spec) is dict or isinstance(spec, Mapping) else {}  # a dict: no ABC check
@@ -190,18 +155,18 @@ def fallback_view(
         if spec.get("nodeName"):
             bound.setdefault(str(spec["nodeName"]), []).append(obj)
         elif spec.get("schedulerName") == settings.scheduler_name:
-            key = f"{_meta(obj).get('namespace') or 'default'}/{_meta(obj).get('name')}"
+            key = f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name')}"
             try:
                 pod = pod_from_object(obj, planner)
                 units = vram_units(obj, settings.resource)
             except OBJECT_ERRORS as e:
                 view.warnings.append(f"pod {key}: invalid spec: {e}")
                 continue
-            view.pods.append(VramPod(pod, units, str(_meta(obj).get("uid") or "")))
+            view.pods.append(VramPod(pod, units, str(meta_of(obj).get("uid") or "")))
     last: dict[str, Mapping[str, Any]] = {}  # a node listed twice: the last copy counts, as in the snapshot
     for obj in objs:
         if obj.get("kind") == "Node":
-            last[str(_meta(obj).get("name") or "")] = obj
+            last[str(meta_of(obj).get("name") or "")] = obj
     for name, obj in last.items():
         try:
             gpus = node_gpus(obj, catalog)
@@ -228,19 +193,15 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
     reason = gpus.reason
     indices = {g.index for g in gpus.gpus}
     for obj in pods:
-        key = f"{_meta(obj).get('namespace') or 'default'}/{_meta(obj).get('name')}"
+        key = f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name')}"
         try:
-            limits = [
-                k
-                for c in maps(mapping(obj.get("spec"), "spec").get("containers"), "spec.containers")
-                for k in mapping(mapping(c.get("resources"), "resources").get("limits"), "resources.limits")
-            ]
+            gpu_pod = holds_any(obj, _requests_mig_or_whole_gpus)
             units = vram_units(obj, settings.resource)
-            raw = mapping(_meta(obj).get("annotations"), "metadata.annotations").get(GPU_INDEX_ANNOTATION)
+            raw = mapping(meta_of(obj).get("annotations"), "metadata.annotations").get(GPU_INDEX_ANNOTATION)
         except OBJECT_ERRORS as e:  # it holds something we cannot read: the node's use is unknown, never free
             reason = reason or f"usage unknown: running pod {key} is unreadable ({e})"
             continue
-        if not reason and any(k == WHOLE_GPU_RESOURCE or str(k).startswith(MIG_RESOURCE_PREFIX) for k in limits):
+        if not reason and gpu_pod:
             reason = "runs pods that request nvidia.com GPUs: which GPUs they hold is unknown"
         if units <= 0:
             continue

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migctl.adapters.pods import placement_from_object
+from migctl.adapters.requests import vram_asks
 from migctl.core.cluster import Pod
 from migctl.core.vram_offers import ModelOffer, OfferIndex
 from migctl.core.vram_request import VramDecision, VramRules, decide
@@ -115,7 +116,7 @@ def review(
         placement: Pod | str = placement_from_object(pod)
     except (ValueError, KeyError, TypeError) as e:
         placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"  # matters only for VRAM pods
-    decision = decide(pod, placement, offers, rules, namespace_labels(namespace))
+    decision = decide(pod, vram_asks(pod, rules.resource), placement, offers, rules, namespace_labels(namespace))
     dry_run = bool(req.get("dryRun"))
     if decision.action == "leave":
         return Outcome(_response(uid), decision, None, dry_run)

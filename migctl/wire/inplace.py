@@ -23,16 +23,13 @@ from typing import Any, Literal
 
 from migctl.wire.layout import MAX_INSTANCES_PER_GPU
 from migctl.wire.values import gpu_index, parse_whole
+from migctl.wire.versions import VERSION, UnknownVersionError
 
-VERSION = "v1"
+__all__ = ["VERSION", "Held", "State", "Status", "Target", "UnknownVersionError"]
 MAX_TEXT = 1024  # a status message is for people: bounded, so a flood of errors cannot grow the Node object
 MAX_PLACEMENT_UNIT = 64  # above any model's placement axis (8 on A100/H100, 12 on RTX PRO 6000)
 State = Literal["applying", "applied", "blocked", "failed"]
 STATES: tuple[State, ...] = ("applying", "applied", "blocked", "failed")
-
-
-class UnknownVersionError(ValueError):
-    """The annotation was written by a migctl of another version: leave the node alone and report it."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +76,7 @@ def _text(value: Any, where: str, *, empty: bool = False) -> str:
 
 def _document(raw: str, what: str) -> Mapping[str, Any]:
     data = _object(json.loads(raw), what)
-    version = data.get("version")
+    version = data.get("version")  # new annotations: no legacy unversioned form (wire/versions.py has one)
     if version != VERSION:
         raise UnknownVersionError(
             f"{what}.version: {version!r} is not a version this migctl reads (it reads {VERSION!r})"

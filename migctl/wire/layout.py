@@ -1,10 +1,11 @@
 """The `migctl.io/layout` annotation: the controller's record of the per-GPU layout it last applied to a node.
 
-    {"config": "<mig-parted config name>", "gpus": {"0": {"mig": true, "layout": {"1g.10gb": 7}}, "1": {...}}}
+    {"version": "v1", "config": "<mig-parted config name>", "gpus": {"0": {"mig": true, "layout": {...}}, ...}}
 
 The `gpus` part (`gpus_doc`) is also the shape of the target inside `migctl.io/target`. The reader is strict
 (ASCII digit indexes and counts, objects where objects belong) and raises ValueError or TypeError naming the
-field, so one hand-edited annotation costs only its node.
+field, so one hand-edited annotation costs only its node. It is versioned (`versions.py`): the unversioned form
+reads as v1; another version raises UnknownVersionError (the node is left alone, not read as unreadable).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migctl.wire.values import gpu_index, parse_whole
+from migctl.wire.versions import VERSION, check_version
 
 MAX_INSTANCES_PER_GPU = 7  # no MIG GPU has more than seven slices
 
@@ -34,7 +36,7 @@ def gpus_doc(gpus: Mapping[int, GpuLayout]) -> dict[str, Any]:
 
 def encode(gpus: Mapping[int, GpuLayout], config: str) -> str:
     """The annotation's value (sorted keys: an unchanged layout writes the same bytes)."""
-    return json.dumps({"gpus": gpus_doc(gpus), "config": config}, sort_keys=True)
+    return json.dumps({"version": VERSION, "gpus": gpus_doc(gpus), "config": config}, sort_keys=True)
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
@@ -47,8 +49,10 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
 
 def decode(raw: str) -> dict[int, GpuLayout]:
     """The per-GPU layouts of an annotation value (a GPU without `mig` reads as MIG on); ValueError (bad JSON,
-    a bad number) or TypeError (a wrong type) naming the field."""
+    a bad number) or TypeError (a wrong type) naming the field; UnknownVersionError (a ValueError) for a value
+    of another version."""
     data = _object(json.loads(raw), "gpus")
+    check_version(data, "migctl.io/layout")
     gpus = data.get("gpus")
     out: dict[int, GpuLayout] = {}
     for idx, raw_gpu in (_object(gpus, "gpus") if gpus is not None else {}).items():

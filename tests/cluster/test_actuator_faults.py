@@ -94,6 +94,8 @@ def test_fault_ends_untainted_with_one_event_and_a_backoff(
         reason = "MigctlNeedsAttention" if uncertain else "MigctlRolledBack"
         assert ("migctl.io/layout" in ann) is not uncertain  # uncertain: cleared, so the label says what it is
         attempts = len(sim.outcomes(node))
+        # the worker emits the Event after the untaint the wait above saw: wait for it, don't race it
+        wait_for(f"the {reason} Event", lambda: node_events(core, node, reason), timeout=10)
         wait_reconciles(ctl, 4)  # no retry, no second Event, no hot loop
         assert len(sim.outcomes(node)) == attempts, sim.history
         assert len(node_events(core, node, reason)) == 1
@@ -127,6 +129,9 @@ def test_config_label_changed_by_someone_else_mid_phase(
         ann = wait_for("released", lambda: untainted_with_error(core, node), timeout=20)
         assert "someone else" in ann["migctl.io/last-error"]
         assert node_view(core, node)[0]["nvidia.com/mig.config"] == "all-disabled"  # left as the other actor set it
+        # the Event is written after the untaint the wait above saw: wait for it, then check that it is the only one
+        wait_for("the NeedsAttention Event", lambda: node_events(core, node, "MigctlNeedsAttention"), timeout=10)
+        wait_reconciles(ctl, 3)
         assert len(node_events(core, node, "MigctlNeedsAttention")) == 1
 
 

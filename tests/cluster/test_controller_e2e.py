@@ -191,12 +191,19 @@ def test_pending_pods_get_a_new_layout_and_run(
         configs = yaml.safe_load(cm.data["config.yaml"])["mig-configs"]
         assert ALL_1G in configs and config_name(TARGET_3G) in configs  # seeded + the new layout
 
-        reasons = {r for what, r, _ in ctl.events.sent + ctl.actuator.events.sent if what.startswith("Node")}  # type: ignore[union-attr]
-        assert {"MigctlReconfiguring", "MigctlReconfigured"} <= reasons
-        events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
-        assert any(e.reason == "MigctlReconfigured" for e in events)
-        pod_events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=big-1").items
-        assert any(e.reason == "MigctlPlanned" and node in e.message for e in pod_events)
+        # the Events are written after the untaint the waits above saw: wait for each, don't race them
+        def sent() -> set[str]:
+            both = ctl.events.sent + ctl.actuator.events.sent  # type: ignore[union-attr]
+            reasons = {r for what, r, _ in both if what.startswith("Node")}
+            return reasons if {"MigctlReconfiguring", "MigctlReconfigured"} <= reasons else set()
+
+        def on(name: str, ns: str, reason: str, text: str = "") -> bool:
+            evs = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+            return any(e.reason == reason and text in e.message for e in evs)
+
+        wait_for("both Events sent", sent, timeout=10)
+        wait_for("the Reconfigured Event", lambda: on(node, "default", "MigctlReconfigured"), timeout=10)
+        wait_for("the Planned Event on big-1", lambda: on("big-1", namespace, "MigctlPlanned", node), timeout=10)
 
         port = ctl.metrics_port
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -250,7 +257,8 @@ def test_mig_manager_failed_rolls_back_and_backs_off(
         assert [s for c, s in ((o.config, o.state) for o in sim.outcomes(node)) if c != ALL_1G] == [FAILED]
         assert TAINT not in node_view(core, node)[2]
         assert core.read_namespaced_pod("big", namespace).spec.node_name is None
-        assert any(r == "MigctlRolledBack" for _, r, _ in ctl.actuator.events.sent)  # type: ignore[union-attr]
+        sent = ctl.actuator.events.sent  # type: ignore[union-attr]
+        wait_for("the RolledBack Event", lambda: any(r == "MigctlRolledBack" for _, r, _ in sent), timeout=10)
 
 
 def _priority_class(api: client.ApiClient, name: str, value: int) -> None:
@@ -504,6 +512,8 @@ def test_injected_api_errors_are_retried_without_double_action(
         assert [o.state for o in sim.outcomes(node) if o.config == config_name(TARGET_3G)] == [SUCCESS]
         assert max(t.count(TAINT) for t in taints_seen) == 1
         assert ctl.metrics.started._value.get() == 1
+        # counted after the untaint the wait above saw: wait for it, then check it counted once
+        wait_for("the success counted", lambda: ctl.metrics.succeeded._value.get() >= 1, timeout=10)
         assert ctl.metrics.succeeded._value.get() == 1
         configs = yaml.safe_load(core.read_namespaced_config_map(CM, namespace).data["config.yaml"])["mig-configs"]
         assert sorted(c for c in configs if c.startswith("migctl-")) == [config_name(TARGET_3G)]
@@ -551,8 +561,12 @@ def test_dry_run_changes_nothing(
         }
         assert after_cms == before_cms  # nothing written, migctl's ConfigMap not even created
         assert not client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
-        pod_events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=big").items
-        assert any(e.reason == "MigctlPlanned" and "would place" in e.message for e in pod_events)
+
+        def planned() -> bool:  # the pod's Event and the node's are written one after the other
+            evs = core.list_namespaced_event(namespace, field_selector="involvedObject.name=big").items
+            return any(e.reason == "MigctlPlanned" and "would place" in e.message for e in evs)
+
+        wait_for("the would-place Event on the pod", planned, timeout=10)
 
 
 def test_pause_switch_on_the_configmap(

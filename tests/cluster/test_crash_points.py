@@ -119,7 +119,9 @@ def test_crash_while_rolling_back_resumes_the_rollback(
         labels, ann, _ = node_view(core, node)
         assert labels["nvidia.com/mig.config"] == ALL_1G and labels["nvidia.com/mig.config.state"] == SUCCESS
         assert ann["migctl.io/failures"] == "1" and "failed" in ann["migctl.io/last-error"]
-        assert ctl.metrics.failed.labels("mig-manager-failed")._value.get() == 1
+        failed = ctl.metrics.failed.labels("mig-manager-failed")
+        wait_for("the failure counted", lambda: failed._value.get() >= 1, timeout=10)  # counted after the untaint
+        assert failed._value.get() == 1
         assert [o for o in ctl.actuator.outcomes if o[1] == "rolled-back"]  # type: ignore[union-attr]
 
 
@@ -212,6 +214,10 @@ def test_node_in_flight_that_no_leader_drives_is_released(
                 "nvidia.com/mig.config.state") == SUCCESS)  # fmt: skip
         assert "released" in ann["migctl.io/last-error"]
         assert "migctl.io/failures" not in ann  # not the node's fault: no backoff
-        events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
-        assert any(e.reason == "MigctlRolledBack" and "released" in e.message for e in events)
+
+        def released() -> bool:  # the Event is written after the untaint that `converge` saw
+            evs = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+            return any(e.reason == "MigctlRolledBack" and "released" in e.message for e in evs)
+
+        wait_for("the released Event", released, timeout=10)
         assert ctl.metrics.started._value.get() == 0

@@ -121,3 +121,80 @@ def test_hostile_pods_cost_only_themselves(
         assert "label nvidia.com/gpu.count: 'abc' is not a whole number" in bad, bad
         assert not invalid("cpu-only", namespace)
         assert all(running_on(core, namespace, p) is None for p in ("many-instances", "bad-need", "huge-vram"))
+
+
+# Absurd values the API server accepts (it stores 1e5000 as 100e4998); none can hold a GPU device on the test's
+# MIG nodes: they offer no VRAM resource, no 7g.80gb instance, and cpu, memory and the rest are no devices.
+ABSURD = {
+    "absurd-vram": {VRAM: "1e5000", "cpu": "100m"},
+    "absurd-profile": {"nvidia.com/mig-7g.80gb": "1e5000", "cpu": "100m"},
+    "absurd-dongle": {"example.com/dongle": "1e5000", "cpu": "100m"},
+    "absurd-cpu": {"cpu": "1e5000"},
+    "absurd-memory": {"memory": "1e5000"},
+    "absurd-storage": {"ephemeral-storage": "1e5000", "cpu": "100m"},
+}
+
+
+def _decided(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    """kube-scheduler has bound the pod, or said it cannot."""
+    pod = core.read_namespaced_pod(name, namespace)
+    unschedulable = any(c.type == "PodScheduled" and c.status == "False" for c in (pod.status.conditions or []))
+    return bool(pod.spec.node_name) or unschedulable
+
+
+def _snapshot_now(api: client.ApiClient, core: client.CoreV1Api, namespace: str, ctl: Controller) -> Any:
+    """The adapter's reading of the test's nodes and pods as the API server has them now."""
+    from migctl.adapters.objects import snapshot_from_objects
+    from migctl.core.catalog import load_catalog
+
+    def plain(obj: Any, kind: str) -> dict[str, Any]:
+        return {**api.sanitize_for_serialization(obj), "kind": kind}
+
+    nodes = [plain(n, "Node") for n in core.list_node(label_selector=f"{GROUP}={namespace}").items]
+    pods = [plain(p, "Pod") for p in core.list_namespaced_pod(namespace).items]
+    configmaps = [plain(c, "ConfigMap") for c in core.list_namespaced_config_map(namespace).items]
+    objects = [*nodes, *pods, *configmaps]
+    return snapshot_from_objects(objects, load_catalog(), ctl.config.planner, ctl.config.gpu_operator)
+
+
+def test_absurd_values_of_any_resource_freeze_no_node(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    """Issue 33: a pod with `migctl.io/vram: "1e5000"` was bound by kube-scheduler to a MIG node (which does not
+    even offer that resource), read as "a bound pod I cannot read", and froze the node: servable pods stayed
+    Pending. Now pods with absurd values of any resource sit beside normal ones; kube-scheduler binds what it
+    binds; the pods that can be served run (the node is reshaped for them) and no node is frozen."""
+    seed_configmap(core, namespace)
+    node = gpu_node(core, namespace, node_names)
+    for name, limits in ABSURD.items():
+        core.create_namespaced_pod(namespace, _pod(name, namespace, limits))
+    for name in ABSURD:
+        wait_for(f"kube-scheduler decided {name}", lambda n=name: _decided(core, namespace, n), timeout=30)
+    bound = {n for n in ABSURD if core.read_namespaced_pod(n, namespace).spec.node_name}
+    for name in bound:  # kwok runs what was bound
+        wait_for(f"{name} running", lambda n=name: running_on(core, namespace, n), timeout=30)
+    ctl = Controller(config_for(namespace), api, identity="a")
+    with running(ctl, core, namespace), sim_for(api, core, namespace, [node], delay=0.3):
+        for pod in ("big-1", "big-2"):
+            core.create_namespaced_pod(namespace, mig_pod(pod, namespace, "3g.40gb"))
+        try:
+            for pod in ("big-1", "big-2"):
+                assert wait_for(f"{pod} running", lambda p=pod: running_on(core, namespace, p), timeout=60) == node
+        except TimeoutError:
+            snap = _snapshot_now(api, core, namespace, ctl)
+            print("bound:", sorted(bound), "frozen:", [(n.name, n.frozen_reason) for n in snap.nodes])
+            print("warnings:", snap.warnings, "rejected:", snap.rejected)
+            print("plan:", ctl.last_plan and ctl.last_plan.to_dict())
+            raise
+        wait_for("node settled", lambda: settled(core, node))
+        assert_reconfigured(core, node, TARGET_3G)
+        snap = _snapshot_now(api, core, namespace, ctl)
+        assert {n.name: n.frozen_reason for n in snap.nodes if n.frozen_reason} == {}
+        assert not any("usage is unknown" in w for w in snap.warnings), snap.warnings
+        for name in bound & {"absurd-vram", "absurd-profile", "absurd-dongle"}:  # each a warning on its pod
+            assert any(w.startswith(f"pod {namespace}/{name}: ") and "ignored" in w for w in snap.warnings), (
+                name,
+                snap.warnings,
+            )
+        assert all(running_on(core, namespace, p) == node for p in bound)  # nothing bound was evicted
+        print("bound by kube-scheduler:", sorted(bound))

@@ -140,3 +140,20 @@ def test_thorough_gives_the_exact_solver_a_larger_budget(monkeypatch: pytest.Mon
     assert run("plan", "--example", "--thorough", "--output", "json")[0] == 0
     assert run("plan", "--example", "--output", "json")[0] == 0
     assert seen == [ExactSettings().thorough(), ExactSettings()]
+
+
+def test_an_empty_file_or_one_without_nodes_warns_and_says_what_it_found(tmp_path: Path) -> None:
+    """An empty export, or pods only, plans nothing: the command says so and counts what the file holds."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    code, _, err = run("plan", "--snapshot", str(empty))
+    assert code == 0
+    assert "warning:" in err and "no Kubernetes objects found" in err
+    pods = [{"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "default"}, "spec": {}} for i in range(12)]
+    only_pods = tmp_path / "pods.yaml"
+    only_pods.write_text(yaml.safe_dump({"kind": "List", "items": [*pods, {"kind": "ConfigMap", "metadata": {}}]}))
+    code, _, err = run("plan", "--snapshot", str(only_pods), "-o", "json")
+    assert code == 0
+    assert "the input has 13 objects: 12 Pods, 1 ConfigMap, no Node" in err
+    code, _, err = run("plan", "--example")
+    assert "warning:" not in err  # a file with nodes plans without this warning

@@ -76,6 +76,23 @@ def test_classify_and_drain_status() -> None:
     ]
     target = Target("p", "c", GPUS, evict=("a/gpu",))
     unexpected, to_evict, remaining = drain_status(views, target)
+    # a GPU resource of zero holds nothing (the API server writes `0`, `0Gi`, `0.0`...); an unreadable one may
+    zeros = [{"metadata": {"namespace": "z", "name": f"zero-{v}"},
+              "spec": {"containers": [{"resources": {"limits": {"migctl.io/vram": v, "nvidia.com/gpu": 0}}}]}}
+             for v in ("0", "0Gi", "0.0", "0Mi")]  # fmt: skip
+    odd = {"metadata": {"namespace": "z", "name": "odd"},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "one"}}}]}}  # fmt: skip
+    assert [(v.key, v.gpu) for v in classify_pods([*zeros, odd], "migctl.io/vram")] == [
+        *((f"z/zero-{v}", False) for v in ("0", "0Gi", "0.0", "0Mi")),
+        ("z/odd", True),
+    ]
+    # on a node, only what it offers can hold a device there (as the snapshot reads it): an absurd VRAM value
+    # on a MIG node holds none; an unreadable count of a profile the node offers may hold one
+    mig_node = {"status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7", "migctl.io/vram": "0"}}}
+    absurd = {"metadata": {"namespace": "z", "name": "absurd"},
+              "spec": {"containers": [{"resources": {"limits": {"migctl.io/vram": "1e5000"}}}]}}  # fmt: skip
+    on_node = classify_pods([absurd, odd], "migctl.io/vram", mig_node)
+    assert [(v.key, v.gpu) for v in on_node] == [("z/absurd", False), ("z/odd", True)]
     assert unexpected == [] and [p.key for p in to_evict] == ["a/gpu"] and remaining == ["a/gpu", "a/vram"]
 
     late = [*views, PodView("b/late", "", terminating=False, gpu=True)]

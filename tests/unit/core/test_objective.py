@@ -32,9 +32,18 @@ def test_reshape_last_ranks_every_reshape_after_every_existing_instance(
     assert (plain < existing_cost(other_waste, 0, 0)) == (waste + unusable < other_waste)
 
 
-def test_with_scarce_replaces_only_the_term_before_stranded_memory() -> None:
-    c = cost(5, 0, Option(7, 1, 1, 3, True, True), reshape_last=False)
-    assert with_scarce(c, 9) == (c[0], 9, *c[2:])
+@given(waste=ints, scarce=ints, other=ints, unusable=ints, useful=ints, reconfigure=st.booleans(), last=st.booleans())
+def test_with_scarce_is_the_cost_the_option_has_under_another_scarce_term(
+    waste: int, scarce: int, other: int, unusable: int, useful: int, reconfigure: bool, last: bool
+) -> None:
+    """`with_scarce` is judged by `cost`, not by its own body: a cost given another scarce term is the cost of
+    the same option computed with that term, and that term outranks stranded memory but not reshape-last."""
+    opt = Option(unusable, 1, 1, useful, reconfigure, True)
+    assert with_scarce(cost(waste, scarce, opt, last), other) == cost(waste, other, opt, last)
+    cheap = with_scarce(cost(waste + 1, 0, opt, last), 0)
+    assert cheap < with_scarce(cost(0, 0, opt, last), 1)  # a smaller scarce term wins over less waste
+    if reconfigure and last:  # reshape-last still ranks a reshape after an existing instance of any scarcity
+        assert existing_cost(waste, other + 1, 0) < with_scarce(cost(waste, scarce, opt, last), 0)
 
 
 def test_strategies_are_found_by_name_and_an_unknown_name_is_refused() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,14 +96,73 @@ def test_plans_are_valid(snap: Snapshot) -> None:
     _check_valid(snap, plan(snap))
 
 
+# Found by the property below once it checked validity (it had checked only priorities): the eviction step
+# reshapes a GPU whose existing free instances the same plan has already handed to pods, and keeps those
+# assignments. Planner code (core/planner/evictions.py), not this branch's: reported to its owner.
+_EVICTION_BUG = "planner bug: an eviction reshapes a GPU and keeps the pods the plan had put on its old instances"
+
+
+def test_a_plan_that_evicts_is_checked_on_the_cluster_its_evictions_leave() -> None:
+    """The checker accepts a sound eviction: the busy GPU is reshaped only because its one pod goes."""
+    n = node("n0", "h200-141gb", [{"3g.71gb": 2}], [{"3g.71gb": 1}], gpu_pods=[("run/p0", 0)])
+    snap = Snapshot((n,), (vram("big", 120, priority=100),))
+    result = plan(snap, PlannerSettings(evictions="lower-priority"))
+    assert [(e.pod, e.for_pod) for e in result.evictions] == [("run/p0", "ns/big")]
+    _check_valid(_after_evictions(snap, result), result)
+    with pytest.raises(AssertionError, match="busy"):  # on the cluster before the eviction, the reshape is wrong
+        _check_valid(snap, result)
+
+
+@pytest.mark.xfail(reason=_EVICTION_BUG, strict=True)  # strict: passes once fixed, and then must lose this mark
+def test_an_eviction_keeps_no_assignment_to_an_instance_it_reshapes_away() -> None:
+    """A one-GPU node: two pods fit its free instances, a third needs the whole GPU and evicts the running pod.
+    Whatever the plan does, every assigned instance must be in the GPU's target layout."""
+    n = node(
+        "n0", "h200-141gb", [{"1g.18gb": 1, "1g.35gb": 1, "3g.71gb": 1}], [{"3g.71gb": 1}], gpu_pods=[("run/p0", 1)]
+    )
+    snap = Snapshot((n,), (vram("small", 7, priority=100), vram("mid", 30), vram("big", 120, priority=100)))
+    result = plan(snap, PlannerSettings(evictions="lower-priority"))
+    _check_valid(_after_evictions(snap, result), result)
+
+
+@pytest.mark.xfail(reason=_EVICTION_BUG, strict=False)  # random clusters: not every run meets the bug
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots())
 def test_plans_with_evictions_are_valid(snap: Snapshot) -> None:
+    """Evictions are sound (each evicts a running GPU pod of its node, of lower priority, for a pod the plan places
+    there; a node is emptied of all its GPU pods, the planner not knowing which GPU each holds) and the plan is
+    valid on the cluster as it is once they are gone (`_check_valid` on that cluster)."""
     result = plan(snap, PlannerSettings(evictions="lower-priority"))
-    assert len(result.evictions) <= 10
-    placed_prio = {p.key: p.priority for p in snap.pods}
+    _check_valid(_after_evictions(snap, result), result)
+
+
+def _after_evictions(snap: Snapshot, result: Plan) -> Snapshot:
+    """The cluster once the plan's evictions are done, after checking each of them against the snapshot."""
+    assert len(result.evictions) <= PlannerSettings().max_evictions
+    assert len({e.pod for e in result.evictions}) == len(result.evictions), "a pod evicted twice"
+    prio = {p.key: p.priority for p in snap.pods}
+    placed = {(a.pod, a.node) for a in result.assignments}
+    nodes = {n.name: n for n in snap.nodes}
+    evicted: dict[str, set[str]] = {}
     for e in result.evictions:
-        assert e.priority < placed_prio[e.for_pod]
+        running = {k: p for k, p, _ in nodes[e.node].gpu_pods}
+        assert running.get(e.pod) == e.priority, f"{e.pod} is not a GPU pod of {e.node} at priority {e.priority}"
+        assert e.priority < prio[e.for_pod], f"{e.pod} evicted for {e.for_pod} of no higher priority"
+        assert (e.for_pod, e.node) in placed, f"{e.pod} evicted from {e.node} for a pod placed elsewhere"
+        assert not nodes[e.node].frozen_reason, f"evicted from frozen node {e.node}"
+        evicted.setdefault(e.node, set()).add(e.pod)
+    after = []
+    for n in snap.nodes:
+        if n.name not in evicted:
+            after.append(n)
+            continue
+        assert evicted[n.name] == {k for k, _, _ in n.gpu_pods}, f"{n.name} keeps some of its GPU pods"
+        idle = tuple(replace(g, used={}, whole_used=False) for g in n.gpus)
+        free = Counter[str]()
+        for g in n.gpus:
+            free.update(dict(g.config.layout))
+        after.append(replace(n, gpus=idle, mig_free=dict(free), usage_known=True, gpu_pods=()))
+    return Snapshot(tuple(after), snap.pods)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

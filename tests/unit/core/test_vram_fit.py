@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from migctl.core.cluster import Node, Pod, Resources, Taint, Toleration
-from migctl.core.vram_fit import VramGpu, VramNode, VramPod, fit, human, report
+from migctl.core.vram_board import VramGpu, VramNode
+from migctl.core.vram_fit import VramPod, fit, human, report
 
 GIB = 2**30
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from migctl.adapters.pods import placement_from_object
+from migctl.adapters.requests import vram_asks
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Gpu, Node, Snapshot
 from migctl.core.migparted import GpuConfig
@@ -29,7 +30,8 @@ def decide_(
     ns: dict[str, str] | None = None,
 ) -> VramDecision:
     """The decision with the pod's placement as the adapter reads it (as the webhook and `migctl plan` do)."""
-    return decide(p, placement_from_object(p), offers, rules, ns)
+    resource = (rules or VramRules()).resource
+    return decide(p, vram_asks(p, resource), placement_from_object(p), offers, rules, ns)
 
 
 def offer(model_id: str, *nodes: NodeOffer, product: str | None = None) -> ModelOffer:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from migctl.adapters.pods import placement_from_object, pod_from_object
+from migctl.adapters.requests import vram_asks, vram_containers
 from migctl.core import vram_offers, vram_request
 from migctl.core.catalog import load_catalog
 from migctl.core.cluster import GpuDemand, Node, Snapshot, Taint
@@ -18,7 +19,7 @@ from migctl.core.geometry import geometry
 from migctl.core.placement import NodeIndex
 from migctl.core.settings import PlannerSettings
 from migctl.core.vram_offers import NodeOffer, OfferIndex, gpus_needed, node_capacity, offers_from_snapshot
-from migctl.core.vram_request import VramDecision, asks_for_vram, decide, vram_containers
+from migctl.core.vram_request import VramDecision, decide
 from migctl.core.vram_rewrite import apply
 from tests.unit.builders import node
 
@@ -44,7 +45,8 @@ def h100_nodes(*nodes: Node) -> OfferIndex:
 
 
 def decide_on(p: dict[str, Any], index: OfferIndex, **kw: Any) -> VramDecision:
-    return decide(p, placement_from_object(p), index, **kw)
+    """The decision on the pod's containers and placement as the adapter reads them (as the webhook does)."""
+    return decide(p, vram_asks(p, "migctl.io/vram"), placement_from_object(p), index, **kw)
 
 
 # -- the per-container rule -----------------------------------------------------------------------------------
@@ -187,7 +189,7 @@ def test_nodes_in_one_capacity_state_are_one_class_and_pods_of_one_kind_one_deci
 
 
 def test_containers_read_once_decide_as_the_pod_read_anew() -> None:
-    """`vram_containers` is `asks_for_vram` and what `decide` reads: passing them gives the same decision."""
+    """The adapter's `vram_containers` (None for a pod naming no VRAM) is what `decide` reads of the pod."""
     n1 = node("n1", "h100-80gb", [{"1g.10gb": 7}], labels=PRODUCT)
     index = h100_nodes(n1)
     pods = [
@@ -199,10 +201,10 @@ def test_containers_read_once_decide_as_the_pod_read_anew() -> None:
     ]
     rules = vram_request.VramRules()
     for p in pods:
-        containers = vram_containers(p, rules)
-        assert (containers is not None) == asks_for_vram(p, rules)
+        containers = vram_containers(p, rules.resource)
+        assert (containers is None) == (decide_on(p, index).reason == f"no {rules.resource} request")
         if containers is not None:
-            assert decide_on(p, index, containers=containers) == decide_on(p, h100_nodes(n1))
+            assert decide(p, containers, placement_from_object(p), index) == decide_on(p, h100_nodes(n1))
 
 
 @pytest.mark.parametrize("other", [True, 7.0, "7"])

@@ -27,6 +27,7 @@ def test_names_keep_their_spelling() -> None:
 def test_layout_is_written_sorted_and_read_back() -> None:
     raw = layout.encode(GPUS, "migctl-abc")
     assert json.loads(raw) == {
+        "version": "v1",
         "config": "migctl-abc",
         "gpus": {"0": {"mig": True, "layout": {"1g.10gb": 3, "4g.40gb": 1}}, "1": {"mig": False, "layout": {}}},
     }
