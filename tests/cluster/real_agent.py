@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -106,11 +106,17 @@ class AgentProcess:
         self.loop = InPlaceLoop(kube, rig.node, applier, CONFIGS)
         reader = KubeletAwareReader(NvmlReader(rig.fake), PodResourcesClient(rig.socket, 5))
         settings = AgentSettings(interval_seconds=interval, in_place=True)
-        self.runner = AgentRunner(reader, Publisher(kube, rig.node), settings, before_read=self.loop.tick)
+        self.runner = AgentRunner(reader, Publisher(kube, rig.node), settings, before_read=self._tick)
+        self.rig = rig
         self.interval, self.killed = interval, False
         self.notes: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"agent-{rig.node}", daemon=True)
+
+    def _tick(self) -> object:
+        if self.rig.before_tick is not None:
+            self.rig.before_tick()  # the simulated world changes between two ticks (tests' hook)
+        return self.loop.tick()
 
     def _run(self) -> None:
         try:
@@ -151,12 +157,15 @@ class RealAgentRig:
         self.lost: set[tuple[str, str, str]] = set()
         self.flips: list[str] = []
         self.agents: list[AgentProcess] = []
+        self.before_tick: Callable[[], None] | None = None
+        self.ghosts: dict[tuple[str, str], list[tuple[str, str]]] = {}  # allocations of pods the API does not list
         self.kubelet: FakeKubelet
         self.socket: Path
         self._plugin_label: str | None = None
         self._stop = threading.Event()
         self._sims = threading.Thread(target=self._simulate, name=f"sim-{node}", daemon=True)
         self._stack = ExitStack()
+        self._sync_lock = threading.Lock()
 
     def count_caps(self) -> None:
         self.caps += 1
@@ -168,6 +177,15 @@ class RealAgentRig:
         """The kubelet will hand this pod the instance at (gpu, start); returns its MIG UUID."""
         uuid = self.uuid_at(gpu, start)
         self.pins[(namespace, pod)] = uuid
+        return uuid
+
+    def ghost(self, namespace: str, pod: str, gpu: int, start: int) -> str:
+        """The kubelet hands the instance at (gpu, start) to a pod the API server does not list bound here (one
+        admitted after the inventory the planner read; a static pod); returns its MIG UUID."""
+        uuid = self.uuid_at(gpu, start)
+        prof = next(p for i, p, s, _, u in self.fake.instances() if u == uuid)
+        self.ghosts[(namespace, pod)] = [(resource_name(prof), uuid)]
+        self._sync_kubelet()
         return uuid
 
     def journal_empty(self) -> bool:
@@ -210,6 +228,10 @@ class RealAgentRig:
 
     def _sync_kubelet(self) -> None:
         """PodResources `List` = the instances the device manager handed to the pods bound to this node."""
+        with self._sync_lock:
+            self._sync_pods()
+
+    def _sync_pods(self) -> None:
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}").items
         present = {u: (p, s) for _, p, s, _, u in self.fake.instances()}
         bound = {}
@@ -227,7 +249,7 @@ class RealAgentRig:
         self.held = {k: v for k, v in self.held.items() if k in bound}
         for key, held in self.held.items():
             self.lost.update((*key, u) for _, u in held if u not in present)
-        taken = {u for held in self.held.values() for _, u in held}
+        taken = {u for held in [*self.held.values(), *self.ghosts.values()] for _, u in held}
         for key, wants in sorted(bound.items()):
             if key in self.held:
                 continue
@@ -241,7 +263,8 @@ class RealAgentRig:
                 if len(free) < n:
                     self.unadmitted.add(key)
             self.held[key] = got
-        self.kubelet.allocations = {(ns, pod, "main"): _by_resource(held) for (ns, pod), held in self.held.items()}
+        listed = {**self.ghosts, **self.held}
+        self.kubelet.allocations = {(ns, pod, "main"): _by_resource(held) for (ns, pod), held in listed.items()}
 
     def _device_plugin(self) -> None:
         node = self.core.read_node(self.node)

@@ -23,7 +23,14 @@ from kubernetes import client
 from migctl.controller.loop import Controller
 from migctl.core.migparted import GpuConfig
 from migctl.wire import inplace as wire
-from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, DEVICE_PLUGIN_CONFIG, GPUS, IN_PLACE_STATUS
+from migctl.wire.names import (
+    ACTUATION,
+    DEPLOY_MIG_MANAGER,
+    DEVICE_PLUGIN_CONFIG,
+    GPUS,
+    IN_PLACE_STATUS,
+    IN_PLACE_TARGET,
+)
 
 from .gpunodes import create_gpu_node
 from .real_agent import MODEL, RealAgentRig, real_agent
@@ -181,3 +188,39 @@ def test_an_agent_killed_between_a_destroy_and_a_create_converges_after_a_restar
     assert rig.journal_empty() and TAINT not in node_view(core, node)[2]
     assert wire.decode_status(node_view(core, node)[1][IN_PLACE_STATUS]).state == "applied"
     assert rig.unadmitted == set() and rig.lost == set() and msgs
+
+
+def test_an_instance_allocated_after_the_plan_blocks_the_change_and_is_never_touched(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    """(2), the agent's own check: an idle in-place A100 of 1g.5gb x7, two pending 3g.20gb pods. The controller plans
+    on the published inventory (all idle) and writes the target 3g.20gb x2; just before the agent applies it, the
+    (simulated) kubelet hands the 1g.5gb at slice 2 to a pod the planner could not know of (listed by PodResources
+    only; NVML shows no process). The real agent answers `blocked`, naming the instance and its pod, and changes
+    nothing on that GPU (all or nothing); the controller untaints and records it with an Event. That instance is
+    never destroyed or moved, whatever the controller plans next."""
+    seed_configmap(core, namespace)
+    node = a100_in_place_node(core, namespace, node_names, "ipd", [GpuConfig.mig(SMALL)])
+    ctl = Controller(in_place_config(namespace), api, identity="a")
+    with real_agent(api, node, [GpuConfig.mig(SMALL)]) as rig:
+        wait_for("inventory published", lambda: inventory_published(core, node))
+        held: list[str] = []
+
+        def allocate_once_the_target_is_written() -> None:
+            if not held and IN_PLACE_TARGET in node_view(core, node)[1]:
+                held.append(rig.ghost("ml", "late", 0, 2))
+
+        rig.before_tick = allocate_once_the_target_is_written
+        with running(ctl):
+            pods(core, namespace, "3g.20gb", "big-1", "big-2")
+            msgs = wait_for("RolledBack Event", lambda: events_on(core, node, "MigctlRolledBack"), timeout=40)
+            wait_for("node settled", lambda: settled(core, node))
+            mutations_when_blocked = list(rig.fake.mutations)
+            time.sleep(3)  # whatever the controller tries next
+        status = wire.decode_status(node_view(core, node)[1][IN_PLACE_STATUS])
+    assert held and mutations_when_blocked == [] and rig.flips == [], mutations_when_blocked
+    assert (0, "1g.5gb", 2, 1, held[0]) in rig.fake.instances()
+    assert [m for m in rig.fake.mutations if m[2] == (2, 1)] == []
+    print(f"after the blocked answer: {status.state} {status.message!r}; later mutations {rig.fake.mutations}")
+    assert TAINT not in node_view(core, node)[2] and msgs
+    assert ctl.metrics.in_place_changes.labels("blocked")._value.get() >= 1
