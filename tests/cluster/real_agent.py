@@ -287,6 +287,14 @@ class RealAgentRig:
         return {i: GpuConfig.mig(dict(c)) for i, c in layouts.items()}
 
     def _publish(self) -> None:
+        if self._stop.is_set():
+            return
+        try:
+            self._advertise()
+        except client.ApiException as e:
+            log.warning("sim device plugin %s: %s", self.node, e)
+
+    def _advertise(self) -> None:
         model = catalog().model(MODEL)
         gpus = self.gpu_configs()
         node = self.core.read_node(self.node)

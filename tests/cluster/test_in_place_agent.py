@@ -224,3 +224,42 @@ def test_an_instance_allocated_after_the_plan_blocks_the_change_and_is_never_tou
     print(f"after the blocked answer: {status.state} {status.message!r}; later mutations {rig.fake.mutations}")
     assert TAINT not in node_view(core, node)[2] and msgs
     assert ctl.metrics.in_place_changes.labels("blocked")._value.get() >= 1
+
+
+def test_an_agent_killed_mid_change_and_back_only_after_the_controller_gave_up_restores_the_previous_layout(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    """(4), the other end: the agent dies between a destroy and a create (as above) and stays down past the
+    controller's agent timeout. The controller gives up: taint off, target dropped, a MigctlNeedsAttention Event.
+    The pods are withdrawn; when the agent comes back on the same state directory it undoes the half-done change from
+    its journal: the GPU is exactly at its previous layout (same profiles and placements), the journal is empty, and
+    the re-advertise makes allocatable list the recreated instances again."""
+    seed_configmap(core, namespace)
+    node = a100_in_place_node(core, namespace, node_names, "ipe", [GpuConfig.mig(SMALL)])
+    ctl = Controller(in_place_config(namespace), api, identity="a")
+    with real_agent(api, node, [GpuConfig.mig(SMALL)]) as rig:
+        before = sorted((p, s, z) for _, p, s, z, _ in rig.fake.instances())
+        wait_for("inventory published", lambda: inventory_published(core, node))
+        rig.fake.kill_at_gi_create = 1
+        with running(ctl):
+            pods(core, namespace, "3g.20gb", "big-1", "big-2")
+            wait_for("agent killed", lambda: rig.agents[0].killed, timeout=30)
+            assert len(rig.fake.instances()) < len(before) and not rig.journal_empty()
+            msgs = wait_for("NeedsAttention Event", lambda: events_on(core, node, "MigctlNeedsAttention"), timeout=30)
+            wait_for("node settled", lambda: settled(core, node))
+            for name in ("big-1", "big-2"):
+                core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            killed_at = len(rig.fake.mutations)
+            restarted = rig.start_agent()
+            wait_for("journal undone", rig.journal_empty, timeout=20)
+            wait_for("re-advertised", lambda: rig.flips, timeout=20)
+            wait_for("allocatable back", lambda: allocatable_of(core, node).get("nvidia.com/mig-1g.5gb") == "7")
+            _, ann, taints = node_view(core, node)
+    assert restarted.notes and "undid an interrupted change" in restarted.notes[0], restarted.notes
+    assert sorted((p, s, z) for _, p, s, z, _ in rig.fake.instances()) == before
+    assert TAINT not in taints and IN_PLACE_TARGET not in ann and msgs
+    print(f"the restarted agent's undo made {len(rig.fake.mutations) - killed_at} NVML mutations on an untainted node")
+
+
+def allocatable_of(core: client.CoreV1Api, node: str) -> dict[str, str]:
+    return dict(core.read_node(node).status.allocatable or {})
