@@ -20,6 +20,7 @@ CHART = ROOT / "deploy" / "helm" / "migctl"
 DASHBOARD = CHART / "dashboards" / "migctl.json"
 RULES_TEMPLATE = CHART / "templates" / "prometheusrule.yaml"
 TROUBLESHOOTING = ROOT / "docs" / "troubleshooting.md"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 
@@ -131,3 +132,23 @@ def test_github_anchor_matches_githubs_rule() -> None:
         "a-plan-says-planning-stopped-at-plannerwork_budget"
     )
     assert github_anchor("A node is stuck in `pending`") == "a-node-is-stuck-in-pending"
+
+
+def test_docs_metrics_md_lists_every_alert_with_its_for_severity_and_runbook() -> None:
+    """docs/metrics.md's alert table and the chart's rules agree: the same alerts, `for`, severity and runbook."""
+    rules = {}
+    for block in re.split(r"^\s+- alert: ", RULES_TEMPLATE.read_text(), flags=re.M)[1:]:
+        name = block.split("\n", 1)[0].strip()
+        duration = re.search(r"^\s+for: (\S+)$", block, re.M)
+        severity = re.search(r"^\s+severity: (\S+)$", block, re.M)
+        anchor = re.search(r'printf "%s#([^"]+)"', block)
+        assert severity and anchor, name
+        rules[name] = (duration.group(1) if duration else "", severity.group(1), anchor.group(1))
+    table = {}
+    for row in re.findall(r"^\| `Migctl\w+` \| .+ \|$", METRICS_DOC.read_text(), re.M):
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]  # a `\|` inside a cell is not a border
+        name, duration, severity, runbook = cells[0].strip("`"), cells[2], cells[3], cells[4]
+        link = re.search(r"#([\w-]+)\)", runbook)
+        assert link, row
+        table[name] = (duration, severity, link.group(1))
+    assert len(rules) >= 10 and table == rules
