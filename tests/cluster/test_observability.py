@@ -109,7 +109,7 @@ def test_rendered_rules_pass_promtool_check_and_unit_tests(rendered: list[Obj], 
     shutil.copy(FIXTURES / "alerts-test.yaml", tmp_path / "alerts-test.yaml")
     check = promtool_run(promtool, "check", "rules", "rules.yaml", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 9 rules found" in check.stdout
+    assert "SUCCESS: 10 rules found" in check.stdout
     test = promtool_run(promtool, "test", "rules", "alerts-test.yaml", cwd=tmp_path)
     assert test.returncode == 0, test.stdout + test.stderr
 
@@ -124,16 +124,27 @@ def test_each_alert_has_a_case_that_fires_it_and_one_that_keeps_it_quiet(rendere
     assert alerts == fires == quiet, (alerts, fires, quiet)
 
 
-def test_promtool_unit_tests_catch_a_wrong_threshold(rendered: list[Obj], promtool: Path, tmp_path: Path) -> None:
-    """The unit tests can fail: the same rules with one threshold moved are refused."""
+@pytest.mark.parametrize(
+    ("alert", "old", "new"),
+    [
+        ("MigctlReconcilesFailing", ">= 3", ">= 4"),
+        ("MigctlInPlaceChangesFailing", ">= 3", ">= 2"),
+        ("MigctlInPlaceChangesFailing", 'result=~"failed|timeout"', 'result=~"failed|timeout|blocked"'),
+        ("MigctlInPlaceChangesFailing", "sum(increase(", "sum by (result) (increase("),
+    ],
+)
+def test_promtool_unit_tests_catch_a_wrong_rule(
+    rendered: list[Obj], promtool: Path, tmp_path: Path, alert: str, old: str, new: str
+) -> None:
+    """The unit tests can fail: the same rules with one threshold, label filter or grouping changed are refused."""
     groups = rule_groups(rendered)
-    for rule in groups[0]["rules"]:
-        if rule.get("alert") == "MigctlReconcilesFailing":
-            rule["expr"] = rule["expr"].replace(">= 3", ">= 4")
+    (rule,) = [r for r in groups[0]["rules"] if r.get("alert") == alert]
+    assert old in rule["expr"], rule["expr"]
+    rule["expr"] = rule["expr"].replace(old, new)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
     shutil.copy(FIXTURES / "alerts-test.yaml", tmp_path / "alerts-test.yaml")
     test = promtool_run(promtool, "test", "rules", "alerts-test.yaml", cwd=tmp_path)
-    assert test.returncode != 0 and "MigctlReconcilesFailing" in test.stdout + test.stderr
+    assert test.returncode != 0 and alert in test.stdout + test.stderr
 
 
 def test_helm_lint_with_both_on_and_the_schema_refuses_bad_values(helm: Path) -> None:
@@ -236,8 +247,9 @@ def test_every_metric_a_panel_or_a_rule_names_is_exported(live_metrics: str, ren
     assert len(named) >= 15
     missing = {m: where for m, where in named.items() if m not in exported}
     assert not missing, f"named but not exported by the controller: {missing}"
+    assert {"migctl_in_place_changes_total", "migctl_in_place_window_seconds_bucket"} <= named.keys()
     # the check can fail: a name the controller does not export is caught
-    assert "migctl_in_place_window_seconds_bucket" not in exported
+    assert "migctl_in_place_windows_seconds_bucket" not in exported
 
 
 # -- the API server accepts what the chart renders -------------------------------------------------------------

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from migctl.core.cluster import Node, Pod, Snapshot
 from migctl.core.geometry import geometry
 from migctl.core.plan import Plan
-from migctl.core.planner import plan
+from migctl.core.planner import Planner, plan
 from migctl.core.settings import PlannerSettings
 from tests.unit.builders import CATALOG, mig, node, vram
 
@@ -96,12 +96,6 @@ def test_plans_are_valid(snap: Snapshot) -> None:
     _check_valid(snap, plan(snap))
 
 
-# Found by the property below once it checked validity (it had checked only priorities): the eviction step
-# reshapes a GPU whose existing free instances the same plan has already handed to pods, and keeps those
-# assignments. Planner code (core/planner/evictions.py), not this branch's: reported to its owner.
-_EVICTION_BUG = "planner bug: an eviction reshapes a GPU and keeps the pods the plan had put on its old instances"
-
-
 def test_a_plan_that_evicts_is_checked_on_the_cluster_its_evictions_leave() -> None:
     """The checker accepts a sound eviction: the busy GPU is reshaped only because its one pod goes."""
     n = node("n0", "h200-141gb", [{"3g.71gb": 2}], [{"3g.71gb": 1}], gpu_pods=[("run/p0", 0)])
@@ -113,19 +107,63 @@ def test_a_plan_that_evicts_is_checked_on_the_cluster_its_evictions_leave() -> N
         _check_valid(snap, result)
 
 
-@pytest.mark.xfail(reason=_EVICTION_BUG, strict=True)  # strict: passes once fixed, and then must lose this mark
 def test_an_eviction_keeps_no_assignment_to_an_instance_it_reshapes_away() -> None:
     """A one-GPU node: two pods fit its free instances, a third needs the whole GPU and evicts the running pod.
-    Whatever the plan does, every assigned instance must be in the GPU's target layout."""
+    Whatever the plan does, every assigned instance must be in the GPU's target layout. (Found by the property
+    below: the eviction step reshaped the GPU to a whole 7g and kept the two pods on instances it removed.)"""
     n = node(
         "n0", "h200-141gb", [{"1g.18gb": 1, "1g.35gb": 1, "3g.71gb": 1}], [{"3g.71gb": 1}], gpu_pods=[("run/p0", 1)]
     )
     snap = Snapshot((n,), (vram("small", 7, priority=100), vram("mid", 30), vram("big", 120, priority=100)))
     result = plan(snap, PlannerSettings(evictions="lower-priority"))
     _check_valid(_after_evictions(snap, result), result)
+    assert not result.evictions  # the 7g cannot hold the two pods the plan already gave the GPU: no eviction
+    assert {a.pod: a.profile for a in result.assignments} == {"ns/small": "1g.18gb", "ns/mid": "1g.35gb"}
 
 
-@pytest.mark.xfail(reason=_EVICTION_BUG, strict=False)  # random clusters: not every run meets the bug
+def _beside_a_running_pod(usage_known: bool) -> Snapshot:
+    """One H200 GPU of seven 1g.18gb, one held by a pod of priority 0. `small` takes a free 1g in the greedy;
+    `big1` and `big2` need a 3g.71gb, which only a reshape after an eviction gives, and only one fits beside it."""
+    n = node("n0", "h200-141gb", [{"1g.18gb": 7}], [{"1g.18gb": 1}], usage_known=usage_known, gpu_pods=[("run/p0", 0)])
+    pods = (vram("small", 7, priority=100), vram("big1", 60, priority=100), vram("big2", 60, priority=100))
+    return Snapshot((n,), pods)
+
+
+def test_an_eviction_reshapes_a_gpu_around_the_instances_the_plan_gave_out() -> None:
+    """The eviction is still taken where the pod fits beside the plan's pods: the GPU's new layout holds the 3g
+    and `small`'s 1g. One pass, before the forecast term (which re-chooses instances within a reshaped GPU and
+    so hid the bug here: before the fix this pass's target was 3g + 4g with `small` on a 1g it lacked)."""
+    snap = _beside_a_running_pod(usage_known=True)
+    result = Planner(snap, PlannerSettings(evictions="lower-priority")).run()
+    assert [(e.pod, e.for_pod) for e in result.evictions] == [("run/p0", "ns/big1")]
+    assert {a.pod: (a.gpu, a.profile) for a in result.assignments} == {
+        "ns/small": (0, "1g.18gb"),
+        "ns/big1": (0, "3g.71gb"),
+    }
+    _check_valid(_after_evictions(snap, result), result)
+
+
+def test_an_eviction_on_a_node_of_unknown_usage_gives_the_plan_s_pods_a_gpu() -> None:
+    """Per-GPU usage unknown: `small` took an instance of the node's pool (no GPU). Once the eviction reshapes
+    GPU 0, that pool is gone; `small` must name the GPU whose target holds its instance."""
+    snap = _beside_a_running_pod(usage_known=False)
+    result = plan(snap, PlannerSettings(evictions="lower-priority"))
+    assert [(e.pod, e.for_pod) for e in result.evictions] == [("run/p0", "ns/big1")]
+    assert {a.pod: a.gpu for a in result.assignments} == {"ns/small": 0, "ns/big1": 0}
+    _check_valid(_after_evictions(snap, result), result)
+
+
+def test_a_node_freed_once_serves_later_pods_without_evicting_again() -> None:
+    """`a` frees the node and takes one of its free 1g instances, so the node is not reshaped; `b` then takes
+    another one. The node's pod is evicted once, for `a` (the property below found it evicted twice)."""
+    n = node("n0", "h100-80gb", [{"1g.10gb": 7}], [{"1g.10gb": 7}], gpu_pods=[("run/p0", 0)])
+    snap = Snapshot((n,), (vram("a", 5, priority=100), vram("b", 5, priority=100)))
+    result = plan(snap, PlannerSettings(evictions="lower-priority"))
+    assert [(e.pod, e.for_pod) for e in result.evictions] == [("run/p0", "ns/a")]
+    assert {a.pod for a in result.assignments} == {"ns/a", "ns/b"}
+    _check_valid(_after_evictions(snap, result), result)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots())
 def test_plans_with_evictions_are_valid(snap: Snapshot) -> None:

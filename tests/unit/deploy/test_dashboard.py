@@ -20,6 +20,7 @@ CHART = ROOT / "deploy" / "helm" / "migctl"
 DASHBOARD = CHART / "dashboards" / "migctl.json"
 RULES_TEMPLATE = CHART / "templates" / "prometheusrule.yaml"
 TROUBLESHOOTING = ROOT / "docs" / "troubleshooting.md"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 
@@ -89,15 +90,38 @@ def test_the_dashboard_shows_what_issue_34_asks_for(dash: dict[str, Any]) -> Non
                    "migctl_reconfigurations_started_total", "migctl_reconfigurations_succeeded_total",
                    "migctl_reconfigurations_failed_total", "migctl_reconfiguration_seconds_bucket",
                    "migctl_nodes_reconfiguring", "migctl_guard_refusals", "migctl_rejected_objects",
-                   "migctl_plan_seconds_bucket", "migctl_leader"):  # fmt: skip
+                   "migctl_plan_seconds_bucket", "migctl_leader", "migctl_in_place_changes_total",
+                   "migctl_in_place_window_seconds_bucket"):  # fmt: skip
         assert metric in exprs, metric
-    assert "by (model)" in exprs and "by (cause)" in exprs
+    assert "by (model)" in exprs and "by (cause)" in exprs and "by (result)" in exprs
+
+
+def rows(dash: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(row title, the panels under it), top to bottom, as Grafana groups an expanded row's panels."""
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    for p in sorted(dash["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"])):
+        if p["type"] == "row":
+            out.append((p["title"], []))
+        elif out:
+            out[-1][1].append(p)
+    return out
+
+
+def test_the_in_place_row_follows_the_reconfiguration_row_with_its_results_and_window(dash: dict[str, Any]) -> None:
+    titles = [title for title, _ in rows(dash)]
+    stock = next(i for i, t in enumerate(titles) if t.startswith("Reconfigurations: both paths"))
+    assert titles[stock + 1].startswith("Reconfigurations: in-place path"), titles
+    exprs = [t["expr"] for p in rows(dash)[stock + 1][1] for t in p["targets"]]
+    assert any(re.search(r"sum by \(result\) \(increase\(migctl_in_place_changes_total\{", e) for e in exprs), exprs
+    for q in ("0.5", "0.95"):
+        assert any(e.startswith(f"histogram_quantile({q}, sum by (le) (rate(migctl_in_place_window_seconds_bucket{{")
+                   for e in exprs), (q, exprs)  # fmt: skip
 
 
 def test_every_runbook_url_points_at_a_section_of_troubleshooting_md() -> None:
     anchors = re.findall(r'printf "%s#([^"]+)" \$runbook', RULES_TEMPLATE.read_text())
     alerts = re.findall(r"^\s+- alert: (\w+)$", RULES_TEMPLATE.read_text(), re.M)
-    assert len(anchors) == len(alerts) >= 9
+    assert len(anchors) == len(alerts) >= 10
     headings = {github_anchor(h) for h in re.findall(r"^#{2,3} (.+)$", TROUBLESHOOTING.read_text(), re.M)}
     missing = sorted(set(anchors) - headings)
     assert not missing, f"runbook anchors with no section in docs/troubleshooting.md: {missing}"
@@ -108,3 +132,23 @@ def test_github_anchor_matches_githubs_rule() -> None:
         "a-plan-says-planning-stopped-at-plannerwork_budget"
     )
     assert github_anchor("A node is stuck in `pending`") == "a-node-is-stuck-in-pending"
+
+
+def test_docs_metrics_md_lists_every_alert_with_its_for_severity_and_runbook() -> None:
+    """docs/metrics.md's alert table and the chart's rules agree: the same alerts, `for`, severity and runbook."""
+    rules = {}
+    for block in re.split(r"^\s+- alert: ", RULES_TEMPLATE.read_text(), flags=re.M)[1:]:
+        name = block.split("\n", 1)[0].strip()
+        duration = re.search(r"^\s+for: (\S+)$", block, re.M)
+        severity = re.search(r"^\s+severity: (\S+)$", block, re.M)
+        anchor = re.search(r'printf "%s#([^"]+)"', block)
+        assert severity and anchor, name
+        rules[name] = (duration.group(1) if duration else "", severity.group(1), anchor.group(1))
+    table = {}
+    for row in re.findall(r"^\| `Migctl\w+` \| .+ \|$", METRICS_DOC.read_text(), re.M):
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]  # a `\|` inside a cell is not a border
+        name, duration, severity, runbook = cells[0].strip("`"), cells[2], cells[3], cells[4]
+        link = re.search(r"#([\w-]+)\)", runbook)
+        assert link, row
+        table[name] = (duration, severity, link.group(1))
+    assert len(rules) >= 10 and table == rules
