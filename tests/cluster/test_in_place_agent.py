@@ -89,7 +89,9 @@ def test_pending_pods_run_after_the_real_agent_recuts_an_idle_gpu_inside_a_short
     the device-plugin label once and answers `applied`; the (simulated) device plugin lists the new instances; the
     controller untaints. The pods run, each on an instance the kubelet could hand it. Every NVML mutation happened
     while the node was tainted, the taint came off once and only after allocatable listed 3g.20gb x2, and was on no
-    longer than the window the metric reports."""
+    longer than the window the metric reports.
+    SIMULATED (real_agent.py): the GPUs (fake pynvml), the kubelet (gRPC PodResources), the device plugin (label flip
+    -> allocatable). Real: the API server, scheduler, kwok, the controller and the whole agent."""
     seed_configmap(core, namespace)
     node = a100_in_place_node(core, namespace, node_names, "ipa", [GpuConfig.mig(SMALL)])
     ctl = Controller(in_place_config(namespace), api, identity="a")
@@ -126,7 +128,9 @@ def test_an_instance_allocated_to_a_pod_is_never_touched_while_the_free_part_is_
     GPU 0 per PodResources; NVML shows no process on it (allocated-but-not-started). Two pending 3g.20gb pods need
     a re-cut: the idle GPU 1 is re-cut, GPU 0 is left as it is. The instance `small` holds keeps its MIG UUID and
     placement, and the fake NVML's record of every mutating call never names its span on GPU 0; every pod runs, each
-    on an instance the kubelet could hand it."""
+    on an instance the kubelet could hand it.
+    SIMULATED (real_agent.py): the GPUs (fake pynvml), the kubelet (gRPC PodResources), the device plugin (label flip
+    -> allocatable). Real: the API server, scheduler, kwok, the controller and the whole agent."""
     seed_configmap(core, namespace)
     gpus = [GpuConfig.mig(SMALL), GpuConfig.mig(SMALL)]
     node = a100_in_place_node(core, namespace, node_names, "ipb", gpus)
@@ -165,7 +169,9 @@ def test_an_agent_killed_between_a_destroy_and_a_create_converges_after_a_restar
     """(4): the agent dies (fake NVML failpoint: AgentKilled, like SIGKILL, at its first GPU-instance create, after
     the destroys) mid-change. A new agent run on the same state directory undoes the half-done change from its
     journal, re-advertises, then applies the still unanswered target. The pods run, the journal is empty, the taint is
-    off, and the controller records the change with an Event."""
+    off, and the controller records the change with an Event.
+    SIMULATED (real_agent.py): the GPUs (fake pynvml), the kubelet (gRPC PodResources), the device plugin (label flip
+    -> allocatable). Real: the API server, scheduler, kwok, the controller and the whole agent."""
     seed_configmap(core, namespace)
     node = a100_in_place_node(core, namespace, node_names, "ipc", [GpuConfig.mig(SMALL)])
     ctl = Controller(in_place_config(namespace), api, identity="a")
@@ -198,7 +204,9 @@ def test_an_instance_allocated_after_the_plan_blocks_the_change_and_is_never_tou
     (simulated) kubelet hands the 1g.5gb at slice 2 to a pod the planner could not know of (listed by PodResources
     only; NVML shows no process). The real agent answers `blocked`, naming the instance and its pod, and changes
     nothing on that GPU (all or nothing); the controller untaints and records it with an Event. That instance is
-    never destroyed or moved, whatever the controller plans next."""
+    never destroyed or moved, whatever the controller plans next.
+    SIMULATED (real_agent.py): the GPUs (fake pynvml), the kubelet (gRPC PodResources), the device plugin (label flip
+    -> allocatable). Real: the API server, scheduler, kwok, the controller and the whole agent."""
     seed_configmap(core, namespace)
     node = a100_in_place_node(core, namespace, node_names, "ipd", [GpuConfig.mig(SMALL)])
     ctl = Controller(in_place_config(namespace), api, identity="a")
@@ -233,7 +241,9 @@ def test_an_agent_killed_mid_change_and_back_only_after_the_controller_gave_up_r
     controller's agent timeout. The controller gives up: taint off, target dropped, a MigctlNeedsAttention Event.
     The pods are withdrawn; when the agent comes back on the same state directory it undoes the half-done change from
     its journal: the GPU is exactly at its previous layout (same profiles and placements), the journal is empty, and
-    the re-advertise makes allocatable list the recreated instances again."""
+    the re-advertise makes allocatable list the recreated instances again.
+    SIMULATED (real_agent.py): the GPUs (fake pynvml), the kubelet (gRPC PodResources), the device plugin (label flip
+    -> allocatable). Real: the API server, scheduler, kwok, the controller and the whole agent."""
     seed_configmap(core, namespace)
     node = a100_in_place_node(core, namespace, node_names, "ipe", [GpuConfig.mig(SMALL)])
     ctl = Controller(in_place_config(namespace), api, identity="a")
