@@ -59,6 +59,11 @@ def inventory_published(core: client.CoreV1Api, node: str) -> bool:
     return GPUS in node_view(core, node)[1]
 
 
+def busy_published(core: client.CoreV1Api, node: str, uuid: str) -> bool:
+    inv = json.loads(node_view(core, node)[1].get(GPUS, "{}"))
+    return any(d.get("uuid") == uuid and d.get("busy") for g in inv.get("gpus", []) for d in g["instances"])
+
+
 def pods(core: client.CoreV1Api, namespace: str, profile: str, *names: str) -> None:
     for name in names:
         core.create_namespaced_pod(namespace, mig_pod(name, namespace, profile))
@@ -141,11 +146,7 @@ def test_an_instance_allocated_to_a_pod_is_never_touched_while_the_free_part_is_
         all_running(core, namespace, node, "small")
         wait_for("kubelet lists small", lambda: rig.held.get((namespace, "small")) == [("nvidia.com/mig-1g.5gb", held)])
 
-        def busy_published() -> bool:
-            inv = json.loads(node_view(core, node)[1].get(GPUS, "{}"))
-            return any(d.get("uuid") == held and d.get("busy") for g in inv.get("gpus", []) for d in g["instances"])
-
-        wait_for("the agent publishes small's instance busy", busy_published)
+        wait_for("the agent publishes small's instance busy", lambda: busy_published(core, node, held))
         with running(ctl):
             big = ("big-1", "big-2")
             pods(core, namespace, "3g.20gb", *big)
