@@ -1,24 +1,25 @@
-"""The in-place path's reach rule: which GPUs it may re-cut, and how a target layout is reached on one of them.
+"""The in-place path as the planner and the simulator read it: which GPUs it may re-cut, and what reaching a
+target layout on one of them takes.
 
 Under the stock mig-manager a GPU is re-cut only while idle. On a node opted into the in-place path
 (`Node.in_place`, label `migctl.io/actuation=in-place`) the agent re-cuts the free part of a busy GPU through
 NVML: instances in use stay where they are, free instances are kept or destroyed, and new ones are created at
-placements from `ModelGeometry.place_around`. The planner (what a busy GPU may become), the simulator (what
-the change costs: one NVML operation per destroy or create) and the agent (what it does) read it here, once.
+placements from `ModelGeometry.place_around`. The agent's steps are `migctl.core.inplace.plan_gpu`; the planner
+(what a busy GPU may become) and the simulator (what a change costs: its instances destroyed and created) ask
+the same function here, through the snapshot's `Placement`s.
 
 Lazy reclamation (HAMi's term): a free instance whose profile the target still has is kept where it sits
-rather than destroyed and created again, unless keeping it blocks the placement of what must be created; then
-every free instance is destroyed and the target is placed around the instances in use alone.
+rather than destroyed and created again, unless keeping it blocks the placement of what must be created.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from migctl.core.cluster import Gpu, Node
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, Placement, canonical
+from migctl.core.inplace import Found, plan_gpu
 
 # A busy GPU's instances as the in-place path reads them: (in use, free), each sorted by (start, profile).
 Around = tuple[tuple[Placement, ...], tuple[Placement, ...]]
@@ -34,7 +35,8 @@ class Reach:
 
     @property
     def operations(self) -> int:
-        """NVML operations (one per GPU instance destroyed or created): what the change takes on the GPU."""
+        """GPU instances destroyed or created: what the change takes on the GPU (each is two NVML calls, the GPU
+        instance and its compute instance)."""
         return len(self.destroy) + len(self.create)
 
 
@@ -52,28 +54,26 @@ def around(node: Node, gpu: Gpu) -> Around | None:
 
 def reach(geo: ModelGeometry, where: Around, target: Mapping[str, int] | CanonicalLayout) -> Reach | None:
     """How the GPU whose instances are `where` reaches `target` (profile counts) without moving an instance in
-    use, or None when it cannot: the target lacks an instance in use, or nothing fits around them."""
+    use, or None when it cannot: the steps the agent takes (`migctl.core.inplace.plan_gpu`, the one rule: the
+    most free instances of the target kept where they sit, the rest destroyed, the missing ones created at
+    `ModelGeometry.place_around`'s placements)."""
     used, free = where
-    need = Counter(dict(canonical(target)))
-    need.subtract(p.profile for p in used)
-    if any(c < 0 for c in need.values()):
-        return None  # an instance in use is not in the target: it cannot be destroyed
-    keep: list[Placement] = []
-    room = Counter(need)
-    for p in free:
-        if room[p.profile] > 0:
-            keep.append(p)
-            room[p.profile] -= 1
-    for kept in (tuple(keep), ()) if keep else ((),):
-        rest = Counter(need)
-        rest.subtract(p.profile for p in kept)
-        placed = geo.place_around(canonical(rest), (*used, *kept))
-        if placed is not None:
-            gone = list(free)
-            for p in kept:
-                gone.remove(p)
-            return Reach(kept, tuple(gone), placed)
-    return None
+    found = [_found(p, "in use") for p in used] + [_found(p, "") for p in free]
+    steps = plan_gpu(geo, 0, found, dict(canonical(target)))
+    if steps.blocked:
+        return None
+    gone = {(op.profile, op.start, op.size) for op in steps.ops if op.kind == "destroy"}
+    return Reach(
+        tuple(p for p in free if (p.profile, p.start, p.size) not in gone),
+        tuple(p for p in free if (p.profile, p.start, p.size) in gone),
+        tuple(Placement(op.profile, op.start, op.size) for op in steps.ops if op.kind == "create"),
+    )
+
+
+def _found(p: Placement, holder: str) -> Found:
+    """An instance of the planner's or the simulator's inventory as the agent's rule reads it (the NVML ids are
+    the agent's business; every instance reported here is whole, with its compute instance)."""
+    return Found(p.profile, 0, p.start, p.size, 0, 0, "", holder)
 
 
 def _by_start(p: Placement) -> tuple[int, str]:

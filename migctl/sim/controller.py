@@ -27,14 +27,16 @@ from datetime import UTC, datetime, timedelta
 
 from migctl.config import ControllerSettings
 from migctl.controller.guards import BatchWindow, Candidate, NodeRecord, holds, select
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.cluster import Gpu, GpuDemand, Instance, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.geometry import CanonicalLayout
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
 from migctl.core.planner import plan
 from migctl.core.settings import PlannerSettings
-from migctl.sim.baselines import bind_free
 from migctl.sim.mig import Policy, Sim
+from migctl.sim.scheduler import bind_free
 from migctl.sim.state import Placement
+from migctl.sim.timing import InPlaceTime
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # trace time 0 as a creationTimestamp
 NAMESPACE = "sim"
@@ -80,10 +82,11 @@ def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None) -> Pod:
     )
 
 
-def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snapshot:
+def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None, in_place: bool = False) -> Snapshot:
     """The cluster as `snapshot_from_objects` would build it: nodes with per-GPU layouts and usage (the node
     agent's inventory), running pods with their node and GPU, pending pods; nodes in a reconfiguration carry
-    migctl's taint. `frozen`: node -> why the guard rails hold it."""
+    migctl's taint. `frozen`: node -> why the guard rails hold it. `in_place`: every node is opted into the
+    in-place path and the agent reports each instance where it sits (`Gpu.instances`)."""
     cl, frozen = sim.cl, frozen or {}
     on_node: dict[int, list[tuple[int, int | None]]] = {}
     for ji, units in sim.running.items():
@@ -101,7 +104,13 @@ def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snap
         gpus = []
         for gid in ids:
             g = cl.gpus[gid]
-            gpus.append(Gpu(g.index, GpuConfig.mig(dict(g.layout)), dict(g.used), False))
+            held = None
+            if in_place and g.spots is not None:
+                held = tuple(
+                    Instance(p.profile, p.start, p.size, j is not None)
+                    for p, j in sorted(g.spots.items(), key=lambda kv: (kv[0].start, kv[0].profile))
+                )
+            gpus.append(Gpu(g.index, GpuConfig.mig(dict(g.layout)), dict(g.used), False, held))
             for p, c in g.free.items():
                 free[p] = free.get(p, 0) + c
         paused = not cl.node_open(n)
@@ -118,6 +127,7 @@ def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snap
                 usage_known=True,
                 frozen_reason=reason,
                 gpu_pods=tuple((p.key, p.priority, p.gpu_index) for p in node_pods),
+                in_place=in_place,
             )
         )
     pods.extend(_pod(sim, ji, None, None) for ji in sim.pending)
@@ -127,7 +137,11 @@ def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snap
 def _fingerprint(snap: Snapshot) -> object:
     """Everything of a simulator snapshot the planner reads (the rest is the same in every snapshot of a run)."""
     nodes = tuple(
-        (n.frozen_reason, bool(n.taints), tuple((g.config, tuple(sorted((g.used or {}).items()))) for g in n.gpus))
+        (
+            n.frozen_reason,
+            bool(n.taints),
+            tuple((g.config, tuple(sorted((g.used or {}).items())), g.instances) for g in n.gpus),
+        )
         for n in snap.nodes
     )
     return nodes, tuple((p.key, p.node, p.gpu_index) for p in snap.pods)
@@ -142,6 +156,7 @@ class _Record:
 class Controller(Policy):
     name = "migctl"
     times_itself = True
+    in_place = False  # the stock path: every change is a relabel through mig-manager
 
     def __init__(self, planner: PlannerSettings | None = None, controller: ControllerSettings | None = None) -> None:
         self.planner = planner or PlannerSettings()
@@ -209,7 +224,7 @@ class Controller(Policy):
             recs = [NodeRecord(node_name(n), "", r.last_attempt, r.last_change) for n, r in self.records.items()]
             held = holds(recs, now, self.settings, in_flight)
             frozen = {int(k[1:]): f"guard rail: {v}" for k, v in held.items()}
-        snap = snapshot(sim, self.planner.reconfigure_taint, frozen)
+        snap = snapshot(sim, self.planner.reconfigure_taint, frozen, self.in_place)
         key = _fingerprint(snap)
         if self._memo is not None and self._memo[0] == key:
             result = self._memo[1]  # the same snapshot as the last reconcile: the pure planner plans the same
@@ -254,5 +269,61 @@ class Controller(Policy):
             n = int(name[1:])
             layouts = {cl.by_node[n][g.index]: g.target.layout for g in plans[name].gpus if g.changed}
             mine = [pl for pl in by_node.get(n, []) if pl.job in sim.pending]
-            sim.reconfigure(n, layouts, mine)
+            sim.reconfigure(n, layouts, mine, self.window_s(sim, layouts))
             self.records.setdefault(n, _Record())
+
+    def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
+        """How long a change holds its node; None: a relabel, drawn by the simulator (`ReconfigTime`)."""
+        return None
+
+
+class InPlaceController(Controller):
+    """`migctl-inplace`: every node opted into the in-place path (`migctl.io/actuation=in-place`).
+
+    The protocol of the in-place path, as the controller and the agent run it: the controller taints the node
+    (pods bound but not yet started: none here, the simulator starts a bound pod at once) and writes the target;
+    the agent re-cuts each GPU all or nothing through NVML, instances in use staying where they sit
+    (`migctl.core.in_place.reach`), and flips the device plugin's config label; the controller removes the
+    taint once allocatable lists the new instances. No pod lands on the node meanwhile: the window is the
+    agent's NVML operations plus the re-advertise window (`InPlaceTime`). The controller's guard rails are the
+    same settings as `migctl run` reads (`ControllerSettings`), decided by `controller/guards.py`."""
+
+    name = "migctl-inplace"
+    in_place = True
+    tracks_placements = True
+
+    def __init__(
+        self,
+        planner: PlannerSettings | None = None,
+        controller: ControllerSettings | None = None,
+        timing: InPlaceTime | None = None,
+    ) -> None:
+        super().__init__(planner, controller)
+        self.settings = in_place_rails(self.settings)
+        self.timing = timing or InPlaceTime()
+
+    def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
+        instances = sum(sim.cl.operations(gid, lay) for gid, lay in layouts.items())
+        return self.timing.draw(instances, sim.rng)
+
+
+# The guard rails of a node on the in-place path, by the name of the controller's setting, and the value the
+# simulator takes while the settings model has none: an in-place change moves no running pod and holds its node
+# for seconds, so the stock path's cooldown and minimum dwell (minutes, against flapping between relabels that
+# pause a node) are not its rails; concurrency stays the stock path's.
+IN_PLACE_RAILS: dict[str, tuple[str, float | None]] = {
+    "cooldown_s": ("in_place_cooldown_s", 0.0),
+    "min_dwell_s": ("in_place_min_dwell_s", 0.0),
+    "max_concurrent_nodes": ("in_place_max_concurrent_nodes", None),
+}
+
+
+def in_place_rails(settings: ControllerSettings) -> ControllerSettings:
+    """`settings` with the in-place path's guard rails in place of the stock path's (`IN_PLACE_RAILS`), read from
+    the same settings model that `migctl run` reads."""
+    update: dict[str, object] = {}
+    for stock, (name, fallback) in IN_PLACE_RAILS.items():
+        value = getattr(settings, name, fallback)
+        if value is not None:
+            update[stock] = value
+    return settings.model_copy(update=update)

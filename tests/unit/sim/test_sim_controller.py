@@ -12,7 +12,8 @@ from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Pod
 from migctl.core.settings import PlannerSettings
 from migctl.sim.controller import Controller, created, snapshot
-from migctl.sim.mig import Sim, simulate
+from migctl.sim.mig import Sim
+from migctl.sim.run import simulate
 from migctl.sim.state import Cluster, Placement
 from migctl.sim.timing import ReconfigTime
 from migctl.sim.workloads import Job
