@@ -16,12 +16,13 @@ from migctl.core.catalog import GpuModel
 from migctl.core.settings import PlannerSettings
 from migctl.sim.controller import Controller, InPlaceController
 from migctl.sim.mig import Policy
+from migctl.sim.named import static_layout
 from migctl.sim.names import ALL_POLICIES
 from migctl.sim.policies.fgd_mig import FgdMig
 from migctl.sim.policies.greedy import Greedy
 from migctl.sim.policies.hami import Hami
 from migctl.sim.policies.nos import Nos
-from migctl.sim.shapes import Shapes, all_1g, balanced, best_static_mix, trace_mix
+from migctl.sim.shapes import Shapes, best_static_mix, trace_mix
 from migctl.sim.state import Cluster
 from migctl.sim.timing import InPlaceTime
 from migctl.sim.workloads import Job
@@ -46,6 +47,10 @@ class Setup:
     def cluster(self, track: bool = False) -> Cluster:
         return Cluster(self.node_gpus, self.model, track=track)
 
+    def static(self, name: str) -> Cluster:
+        """Every GPU with the named config NVIDIA gives the model for `name` (`migctl/sim/named.py`)."""
+        return Cluster(self.node_gpus, self.model, static_layout(self.model, name)[0])
+
     def best_mix(self, cl: Cluster) -> Cluster:
         """`cl` with static-best-mix's layouts (an oracle: it reads the whole trace)."""
         for g, lay in zip(cl.gpus, best_static_mix(self.shapes, self.jobs, len(cl.gpus)), strict=True):
@@ -60,8 +65,8 @@ Maker = Callable[[Setup], tuple[Cluster, Policy]]
 REGISTRY: dict[str, Maker] = {
     "migctl": lambda s: (s.cluster(), Controller(s.planner, s.controller)),
     "migctl-inplace": lambda s: (s.cluster(track=True), InPlaceController(s.planner, s.controller, s.in_place)),
-    "static-all-1g": lambda s: (Cluster(s.node_gpus, s.model, all_1g(s.shapes)), Greedy("static-all-1g")),
-    "static-balanced": lambda s: (Cluster(s.node_gpus, s.model, balanced(s.shapes)), Greedy("static-balanced")),
+    "static-all-1g": lambda s: (s.static("static-all-1g"), Greedy("static-all-1g")),
+    "static-balanced": lambda s: (s.static("static-balanced"), Greedy("static-balanced")),
     "static-best-mix": lambda s: (s.best_mix(s.cluster()), Greedy("static-best-mix")),
     "nos": lambda s: (s.cluster(), Nos(s.seed)),
     "hami": lambda s: (cl := s.cluster(), Hami(cl)),
