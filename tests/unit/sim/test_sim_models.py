@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from migctl.core.catalog import load_catalog
-from migctl.sim.names import ANALYSIS, MIG_POLICIES
 from migctl.sim.named import named_layout, static_layout
+from migctl.sim.names import ANALYSIS, MIG_POLICIES
 from migctl.sim.run import simulate
 from migctl.sim.workloads import Job
 
@@ -52,3 +52,6 @@ def test_static_layouts_come_from_the_entry_for_the_models_device() -> None:
     assert named_layout(CATALOG.model("h100-80gb"), "all-balanced") == (("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1))
     assert named_layout(CATALOG.model("a100-40gb"), "all-balanced") == (("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1))
     assert named_layout(CATALOG.model("h100-80gb"), "all-1g.5gb") is None  # no 1g.5gb on an H100
+    # all-1g.35gb: 4 on an H200 (its 1g.35gb takes two memory slices), 7 on a GB300, told apart by the filter
+    assert named_layout(CATALOG.model("gb300-278gb"), "all-1g.35gb") == (("1g.35gb", 7),)
+    assert named_layout(CATALOG.model("h200-141gb"), "all-1g.35gb") == (("1g.35gb", 4),)
