@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from migctl.core.catalog import GpuModel, Profile
 from migctl.core.cluster import GpuDemand, Pod, Snapshot
@@ -157,3 +158,38 @@ def _mix(model: GpuModel, samples: list[tuple[float, tuple[GpuDemand, ...], int 
         if weight[k] > 0
     ]
     return ModelForecast(model.id, tuple(classes), total)
+
+
+# The burst rule (docs/planning.md, "Bursts"): a burst is at least BURST_PODS GPU pods created less than
+# BURST_QUIET_S apart; it has landed once no GPU pod has been created for BURST_QUIET_S, or BURST_MAX_S after
+# its first pod, whichever comes first.
+BURST_PODS = 8
+BURST_QUIET_S = 30.0
+BURST_MAX_S = 600.0
+
+
+def burst_hold(snapshot: Snapshot, now: float) -> float | None:
+    """Until when (seconds since the epoch, like `now`) a controller should hold its layout changes because a
+    burst of GPU pods is still arriving, or None when none is. A plan made on a burst's first pods cuts GPUs for
+    them, and on the in-place path or with short relabels those pods bind at once and hold their instances for
+    as long as they run: the layouts the whole burst needed are never made. Pods that fit free instances still
+    start meanwhile (kube-scheduler binds them); only re-cuts wait, at most `BURST_MAX_S`."""
+    times = sorted({t for p in _gpu_pods(snapshot.pods) if (t := _epoch_s(p.created)) is not None})
+    if not times or now - times[-1] >= BURST_QUIET_S:
+        return None
+    start = len(times) - 1
+    while start > 0 and times[start] - times[start - 1] < BURST_QUIET_S:
+        start -= 1
+    if len(times) - start < BURST_PODS:
+        return None
+    until = min(times[-1] + BURST_QUIET_S, times[start] + BURST_MAX_S)
+    return until if until > now else None
+
+
+def _epoch_s(created: str) -> float | None:
+    """A creationTimestamp (RFC 3339, as the API server writes it) in seconds since the epoch; None if unreadable."""
+    try:
+        stamp = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None

@@ -9,7 +9,8 @@ waits, batches and refuses exactly where the live one would:
   resync sees the same snapshot as the reconcile before it, and plans the same);
 * a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`), freezes the nodes
   `holds` names (in flight, cooldown, minimum dwell), plans, and, once the batching window says demand has
-  settled, lets `select` start at most `max_concurrent_nodes` node changes;
+  settled and no burst of pods is still arriving (`core/forecast.burst_hold`), lets `select` start at most
+  `max_concurrent_nodes` node changes;
 * a started node is tainted and paused node-wide (`Sim.reconfigure`); the pods the change is for start when
   it ends, and its `last_change` starts the dwell.
 Between reconciles kube-scheduler binds pending pods to free instances (`bind_free`). `settle_s` has no effect
@@ -28,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from migctl.config import ControllerSettings
 from migctl.controller.guards import BatchWindow, Candidate, NodeRecord, holds, select
 from migctl.core.cluster import Gpu, GpuDemand, Instance, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.forecast import burst_hold
 from migctl.core.geometry import CanonicalLayout
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
@@ -39,6 +41,7 @@ from migctl.sim.state import Placement
 from migctl.sim.timing import InPlaceTime
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # trace time 0 as a creationTimestamp
+EPOCH_S = EPOCH.timestamp()
 NAMESPACE = "sim"
 
 
@@ -253,6 +256,10 @@ class Controller(Policy):
             ready, due = self.window.observe(frozenset(p.key for p in snap.pending), now)
             if not ready:
                 self.batch_at = None if due is None else due + 0.01
+                return
+            hold = burst_hold(snap, EPOCH_S + now)  # a burst still arriving: plan it whole once it has landed
+            if hold is not None:
+                self.batch_at = hold - EPOCH_S + 0.01
                 return
             decisions = select(
                 [Candidate(n.name) for n in changed],

@@ -10,6 +10,7 @@ import pytest
 
 from migctl.config import ControllerSettings
 from migctl.core.catalog import load_catalog
+from migctl.core.forecast import BURST_QUIET_S
 from migctl.sim.controller import InPlaceController
 from migctl.sim.run import simulate
 from migctl.sim.timing import InPlaceTime
@@ -56,3 +57,14 @@ def test_a_busy_gpu_is_re_cut_in_place_and_its_pod_keeps_its_instance() -> None:
     assert res.wait_s[1] < 60.0  # no relabel: operations and a 5 s median window
     stock = simulate(jobs, [1], A100, "migctl", seed=1)
     assert stock.wait_s[1] > 4000.0  # the stock path re-cuts the GPU only once A has left it
+
+
+@pytest.mark.parametrize("policy", ["migctl", "migctl-inplace"])
+def test_a_burst_is_planned_once_it_has_landed(policy: str) -> None:
+    # 12 pods 2 s apart on an empty A100: the first layout change waits for the burst's last pod plus the quiet
+    # time (core/forecast.burst_hold), on both paths
+    jobs = [Job(f"j{i}", 3 * GIB, arrival=2.0 * i, duration=5000.0) for i in range(12)]
+    res = simulate(jobs, [2], A100, policy, seed=3)
+    first_change = min(start for _, start, _ in res.window_log)
+    assert first_change >= 22.0 + BURST_QUIET_S
+    assert res.placed == 12
