@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from migctl.config import ControllerSettings
@@ -169,11 +169,12 @@ class Controller(Policy):
         self.trigger_at: float | None = None  # debounced reconcile
         self.batch_at: float | None = None  # the batching window closes
         self.resync_at: float | None = None  # the next resync that can matter
+        self.burst_at: float | None = None  # a burst lands: plan the pods it held
         self.last_plan: Plan | None = None
         self._memo: tuple[object, Plan] | None = None
 
     def wake(self, sim: Sim) -> float | None:
-        times = [t for t in (self.trigger_at, self.batch_at) if t is not None]
+        times = [t for t in (self.trigger_at, self.batch_at, self.burst_at) if t is not None]
         self.resync_at = self._next_resync(sim) if sim.pending else None
         if self.resync_at is not None:
             times.append(self.resync_at)
@@ -208,7 +209,7 @@ class Controller(Policy):
         bind_free(sim)
         if sim.real_event and self.trigger_at is None:
             self.trigger_at = now + self.settings.debounce_s
-        due = [t for t in (self.trigger_at, self.batch_at, self.resync_at) if t is not None and t <= now]
+        due = [t for t in (self.trigger_at, self.batch_at, self.resync_at, self.burst_at) if t is not None and t <= now]
         if not due:
             return
         if self.trigger_at is not None and self.trigger_at <= now:
@@ -217,6 +218,8 @@ class Controller(Policy):
             self.batch_at = None
         if self.resync_at is not None and self.resync_at <= now:
             self.resync_at = None
+        if self.burst_at is not None and self.burst_at <= now:
+            self.burst_at = None
         self._reconcile(sim, guarded=True)
 
     def _reconcile(self, sim: Sim, guarded: bool) -> None:
@@ -228,6 +231,10 @@ class Controller(Policy):
             held = holds(recs, now, self.settings, in_flight)
             frozen = {int(k[1:]): f"guard rail: {v}" for k, v in held.items()}
         snap = snapshot(sim, self.planner.reconfigure_taint, frozen, self.in_place)
+        burst = burst_hold(snap, EPOCH_S + now) if guarded else None
+        if burst is not None:  # a burst still arriving: its wasteful pods wait until it has landed
+            snap = replace(snap, pods=tuple(p for p in snap.pods if p.key not in burst.held))
+            self.burst_at = burst.until - EPOCH_S + 0.01
         key = _fingerprint(snap)
         if self._memo is not None and self._memo[0] == key:
             result = self._memo[1]  # the same snapshot as the last reconcile: the pure planner plans the same
@@ -256,10 +263,6 @@ class Controller(Policy):
             ready, due = self.window.observe(frozenset(p.key for p in snap.pending), now)
             if not ready:
                 self.batch_at = None if due is None else due + 0.01
-                return
-            hold = burst_hold(snap, EPOCH_S + now)  # a burst still arriving: plan it whole once it has landed
-            if hold is not None:
-                self.batch_at = hold - EPOCH_S + 0.01
                 return
             decisions = select(
                 [Candidate(n.name) for n in changed],
@@ -307,6 +310,7 @@ class InPlaceController(Controller):
     ) -> None:
         super().__init__(planner, controller)
         self.settings = in_place_rails(self.settings)
+        self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
         self.timing = timing or InPlaceTime()
 
     def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
@@ -322,6 +326,10 @@ IN_PLACE_RAILS: dict[str, tuple[str, float | None]] = {
     "cooldown_s": ("in_place_cooldown_s", 0.0),
     "min_dwell_s": ("in_place_min_dwell_s", 0.0),
     "max_concurrent_nodes": ("in_place_max_concurrent_nodes", None),
+    # the stock batching window (10 s stable, 60 s at most) buys a relabel's worth of demand per pause; a
+    # window of seconds is not worth a minute's wait, and a burst is held whole by the burst rule instead
+    "batch_stable_s": ("in_place_batch_stable_s", 0.0),
+    "batch_max_s": ("in_place_batch_max_s", 0.0),
 }
 
 

@@ -60,11 +60,14 @@ def test_a_busy_gpu_is_re_cut_in_place_and_its_pod_keeps_its_instance() -> None:
 
 
 @pytest.mark.parametrize("policy", ["migctl", "migctl-inplace"])
-def test_a_burst_is_planned_once_it_has_landed(policy: str) -> None:
-    # 12 pods 2 s apart on an empty A100: the first layout change waits for the burst's last pod plus the quiet
-    # time (core/forecast.burst_hold), on both paths
-    jobs = [Job(f"j{i}", 3 * GIB, arrival=2.0 * i, duration=5000.0) for i in range(12)]
-    res = simulate(jobs, [2], A100, policy, seed=3)
-    first_change = min(start for _, start, _ in res.window_log)
-    assert first_change >= 22.0 + BURST_QUIET_S
-    assert res.placed == 12
+def test_a_bursts_wasteful_pod_is_planned_once_the_burst_has_landed(policy: str) -> None:
+    # 10 small pods 2 s apart and, once 8 of them have shown the burst, one of 21 GiB, which only a 7g.40gb
+    # serves (47% of it unused): the small ones are served as they come, the large one once the burst has landed
+    # (core/forecast.burst_hold). Relabels take 5 s here, so both paths serve the small ones within the burst
+    jobs = [Job(f"s{i}", 4 * GIB, arrival=2.0 * i, duration=5000.0) for i in range(10)]
+    jobs.append(Job("big", 21 * GIB, arrival=15.0, duration=5000.0))
+    res = simulate(jobs, [2, 2], A100, policy, seed=3, reconfig_s=5.0)
+    assert res.placed == 11
+    big = sorted(jobs, key=lambda j: j.arrival).index(jobs[-1])
+    assert res.wait_s[big] >= 18.0 + BURST_QUIET_S - 15.0
+    assert min(w for i, w in enumerate(res.wait_s) if i != big) < 18.0 + BURST_QUIET_S - 15.0
