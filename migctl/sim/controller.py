@@ -160,6 +160,7 @@ class Controller(Policy):
     name = "migctl"
     times_itself = True
     in_place = False  # the stock path: every change is a relabel through mig-manager
+    exact = False  # kube-scheduler binds a pod to its smallest profile only (the webhook's rewrite): analysis
 
     def __init__(self, planner: PlannerSettings | None = None, controller: ControllerSettings | None = None) -> None:
         self.planner = planner or PlannerSettings()
@@ -206,7 +207,7 @@ class Controller(Policy):
         if sim.packing:  # the planner places every pod of the round itself, as before the timeline existed
             self._reconcile(sim, guarded=False)
             return
-        bind_free(sim)
+        bind_free(sim, self.exact)
         if sim.real_event and self.trigger_at is None:
             self.trigger_at = now + self.settings.debounce_s
         due = [t for t in (self.trigger_at, self.batch_at, self.resync_at, self.burst_at) if t is not None and t <= now]

@@ -16,9 +16,11 @@ def multi_gpu(job: Job) -> bool:
     return job.num_gpu > 1 or job.whole
 
 
-def bind_free(sim: Sim) -> None:
+def bind_free(sim: Sim, exact: bool = False) -> None:
     """What kube-scheduler and the device plugin do without any MIG manager: each pending single-GPU pod, in
-    queue order, takes the smallest free instance that covers it on an open GPU (the first such GPU)."""
+    queue order, takes the smallest free instance that covers it on an open GPU (the first such GPU). `exact`:
+    only its smallest profile, as a pod whose VRAM request migctl's webhook has rewritten to that profile asks
+    (docs/vram-requests.md)."""
     cl = sim.cl
     for ji in list(sim.pending):
         job = sim.jobs[ji]
@@ -28,7 +30,8 @@ def bind_free(sim: Sim) -> None:
                 sim.start(pl)
             continue
         best: tuple[int, int, str] | None = None
-        for p in cl.shapes.fitting(job.vram_mib):
+        fits = cl.shapes.fitting(job.vram_mib)
+        for p in fits[:1] if exact else fits:
             for gid, g in enumerate(cl.gpus):
                 if g.free[p] > 0 and cl.open(gid):
                     best = (cl.shapes.mem[p], gid, p)

@@ -71,3 +71,18 @@ def test_a_bursts_wasteful_pod_is_planned_once_the_burst_has_landed(policy: str)
     big = sorted(jobs, key=lambda j: j.arrival).index(jobs[-1])
     assert res.wait_s[big] >= 18.0 + BURST_QUIET_S - 15.0
     assert min(w for i, w in enumerate(res.wait_s) if i != big) < 18.0 + BURST_QUIET_S - 15.0
+
+
+def test_with_the_webhooks_rewrite_a_pod_binds_only_to_its_smallest_profile() -> None:
+    # a 3 GiB pod's smallest profile is 1g.5gb; the only free instance is a 3g.20gb
+    from migctl.sim.mig import Sim
+    from migctl.sim.scheduler import bind_free
+    from migctl.sim.state import Cluster
+    from migctl.sim.timing import ReconfigTime
+
+    for exact, started in ((True, False), (False, True)):
+        cl = Cluster([1], A100, (("3g.20gb", 2),))
+        sim = Sim([Job("p", 3 * GIB, duration=100.0)], cl, ReconfigTime(), np.random.default_rng(0), packing=False)
+        sim.pending.append(0)
+        bind_free(sim, exact)
+        assert (0 in sim.running) is started
