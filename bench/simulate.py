@@ -92,6 +92,7 @@ def mig(
     only: str | None,
     json_path: Path | None = None,
     readvertise: tuple[float, ...] = (DEFAULT_READVERTISE_S,),
+    policies: tuple[str, ...] | None = None,
 ) -> dict[str, object]:
     """Every scenario at each median reconfiguration time, at the first re-advertise median; the other
     re-advertise medians run `migctl-inplace` alone (the only policy they change), keyed `...:a<s>:r<median>`."""
@@ -101,10 +102,11 @@ def mig(
         runs.append((workload, cluster, model, ALL_POLICIES, medians[0], readvertise[0]))
     for workload, cluster, model in TIMED:
         for median in medians:
-            runs.append((workload, cluster, model, MIG_POLICIES, median, readvertise[0]))
-            runs.extend((workload, cluster, model, ("migctl-inplace",), median, a) for a in readvertise[1:])
+            runs.append((workload, cluster, model, policies or MIG_POLICIES, median, readvertise[0]))
+            if policies is None:
+                runs.extend((workload, cluster, model, ("migctl-inplace",), median, a) for a in readvertise[1:])
     out: dict[str, object] = {}
-    for workload, cluster, model, policies, median, window in runs:
+    for workload, cluster, model, names, median, window in runs:
         extra = f":a{window:g}" if window != readvertise[0] else ""
         key = f"{workload}:{cluster}:{model}{extra}:r{median:g}"
         if only and not any(part in key for part in only.split(",")):
@@ -114,7 +116,7 @@ def mig(
             workload,
             load_cluster(cluster),
             cat.model(model),
-            policies,
+            names,
             seeds,
             reconfig_s=median,
             readvertise_s=window,
@@ -206,6 +208,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--reconfig", default="60,20", help="median reconfiguration times to report (s), comma-separated")
     ap.add_argument("--readvertise", default="5", help="median re-advertise windows (s); the first for every policy")
+    ap.add_argument("--policies", default=None, help="mig: these policies instead of every MIG policy (timed runs)")
     ap.add_argument("--only", default=None, help="comma-separated substrings of run keys, e.g. miso:1x4 or genai")
     a = ap.parse_args()
     if a.what == "table":
@@ -216,7 +219,8 @@ def main() -> None:
     seeds = _seeds(a.seeds or ("42-51" if a.what == "validate" else "42-44"))
     medians = [float(x) for x in a.reconfig.split(",")]
     windows = tuple(float(x) for x in a.readvertise.split(","))
-    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only, a.json, windows)
+    chosen = tuple(a.policies.split(",")) if a.policies else None
+    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only, a.json, windows, chosen)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1, default=lambda o: None))
 
