@@ -2,8 +2,10 @@
 
     python -m bench.simulate validate [--seeds 42-51]      # continuous BestFit/FGD vs the paper (≈3 min)
     python -m bench.simulate table RESULTS.json [MORE.json]      # markdown tables of `mig --json` runs
-    python -m bench.simulate mig [--seeds 42-44] [--plot docs/img] [--reconfig 60,20] [--only miso,genai]
-        # MIG policies: openb (packing) and every workload with departures at each median reconfiguration time
+    python -m bench.simulate mig [--seeds 42-44] [--plot docs/img] [--reconfig 60,20] [--readvertise 5,30]
+        [--only miso,genai]
+        # MIG policies: openb (packing) and every workload with departures at each median reconfiguration time;
+        # migctl-inplace also at each further median re-advertise window
 
 Results are printed (and, with --json FILE, written); docs/simulation.md quotes these runs.
 """
@@ -21,6 +23,7 @@ import numpy as np
 
 from migctl.core.catalog import load_catalog
 from migctl.sim.continuous import run_protocol, typical_pods
+from migctl.sim.names import DEFAULT_READVERTISE_S
 from migctl.sim.report import format_table, plot
 from migctl.sim.scenario import ALL_POLICIES, MIG_POLICIES, Scenario, load_cluster
 from migctl.sim.workloads import OPENB, data_dir, load_openb_nodes, load_openb_pods
@@ -83,22 +86,41 @@ PACKING = (("openb", "openb/8", "h100-80gb"), ("openb", "openb/8", "a100-40gb"))
 
 
 def mig(
-    seeds: list[int], plot_dir: Path | None, medians: list[float], only: str | None, json_path: Path | None = None
+    seeds: list[int],
+    plot_dir: Path | None,
+    medians: list[float],
+    only: str | None,
+    json_path: Path | None = None,
+    readvertise: tuple[float, ...] = (DEFAULT_READVERTISE_S,),
+    policies: tuple[str, ...] | None = None,
 ) -> dict[str, object]:
+    """Every scenario at each median reconfiguration time, at the first re-advertise median; the other
+    re-advertise medians run `migctl-inplace` alone (the only policy they change), keyed `...:a<s>:r<median>`."""
     cat = load_catalog()
-    runs: list[tuple[str, str, str, tuple[str, ...], float]] = []
+    runs: list[tuple[str, str, str, tuple[str, ...], float, float]] = []
     for workload, cluster, model in PACKING:
-        runs.append((workload, cluster, model, ALL_POLICIES, medians[0]))
+        runs.append((workload, cluster, model, ALL_POLICIES, medians[0], readvertise[0]))
     for workload, cluster, model in TIMED:
         for median in medians:
-            runs.append((workload, cluster, model, MIG_POLICIES, median))
+            runs.append((workload, cluster, model, policies or MIG_POLICIES, median, readvertise[0]))
+            if policies is None:
+                runs.extend((workload, cluster, model, ("migctl-inplace",), median, a) for a in readvertise[1:])
     out: dict[str, object] = {}
-    for workload, cluster, model, policies, median in runs:
-        key = f"{workload}:{cluster}:{model}:r{median:g}"
+    for workload, cluster, model, names, median, window in runs:
+        extra = f":a{window:g}" if window != readvertise[0] else ""
+        key = f"{workload}:{cluster}:{model}{extra}:r{median:g}"
         if only and not any(part in key for part in only.split(",")):
             continue
         t0 = time.perf_counter()
-        sc = Scenario(workload, load_cluster(cluster), cat.model(model), policies, seeds, reconfig_s=median)
+        sc = Scenario(
+            workload,
+            load_cluster(cluster),
+            cat.model(model),
+            names,
+            seeds,
+            reconfig_s=median,
+            readvertise_s=window,
+        )
         sc.run()
         print(format_table(sc), f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         if plot_dir is not None:
@@ -185,6 +207,8 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--reconfig", default="60,20", help="median reconfiguration times to report (s), comma-separated")
+    ap.add_argument("--readvertise", default="5", help="median re-advertise windows (s); the first for every policy")
+    ap.add_argument("--policies", default=None, help="mig: these policies instead of every MIG policy (timed runs)")
     ap.add_argument("--only", default=None, help="comma-separated substrings of run keys, e.g. miso:1x4 or genai")
     a = ap.parse_args()
     if a.what == "table":
@@ -194,7 +218,9 @@ def main() -> None:
         return
     seeds = _seeds(a.seeds or ("42-51" if a.what == "validate" else "42-44"))
     medians = [float(x) for x in a.reconfig.split(",")]
-    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only, a.json)
+    windows = tuple(float(x) for x in a.readvertise.split(","))
+    chosen = tuple(a.policies.split(",")) if a.policies else None
+    res = validate(seeds) if a.what == "validate" else mig(seeds, a.plot, medians, a.only, a.json, windows, chosen)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1, default=lambda o: None))
 

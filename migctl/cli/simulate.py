@@ -15,7 +15,15 @@ from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
 from migctl.config import load_config
 from migctl.core.catalog import load_catalog
 from migctl.errors import InputError
-from migctl.sim.names import ALL_POLICIES, ANALYSIS, DEFAULT_POLICIES, DEFAULT_RECONFIG_S, DEFAULT_SIGMA, WORKLOADS
+from migctl.sim.names import (
+    ALL_POLICIES,
+    ANALYSIS,
+    DEFAULT_POLICIES,
+    DEFAULT_READVERTISE_S,
+    DEFAULT_RECONFIG_S,
+    DEFAULT_SIGMA,
+    WORKLOADS,
+)
 
 
 def _json_safe(obj: object) -> object:
@@ -65,6 +73,14 @@ def _json_safe(obj: object) -> object:
     show_default=True,
     help="Lognormal shape of the reconfiguration time (0: always --reconfig-s).",
 )
+@click.option(
+    "--readvertise-s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_READVERTISE_S,
+    show_default=True,
+    help="Median seconds of migctl-inplace's re-advertise window (lognormal; unmeasured: 5 s is the device "
+    "plugin's in-process restart, about 30 s its pod's). No pod lands on the node meanwhile.",
+)
 @click.option("--batch", type=int, default=32, show_default=True, help="Arrivals per planning round (openb).")
 @click.option(
     "--config",
@@ -82,6 +98,7 @@ def simulate_command(
     seeds: str,
     reconfig_s: float,
     reconfig_sigma: float,
+    readvertise_s: float,
     batch: int,
     config_file: Path | None,
     plot_dir: Path | None,
@@ -122,6 +139,7 @@ def simulate_command(
         seed_list,
         reconfig_s=reconfig_s,
         reconfig_sigma=reconfig_sigma,
+        readvertise_s=readvertise_s,
         batch=batch,
         planner=cfg.planner,
         controller=cfg.controller,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from migctl.core.catalog import GpuModel, Profile
 from migctl.core.cluster import GpuDemand, Pod, Snapshot
@@ -157,3 +158,67 @@ def _mix(model: GpuModel, samples: list[tuple[float, tuple[GpuDemand, ...], int 
         if weight[k] > 0
     ]
     return ModelForecast(model.id, tuple(classes), total)
+
+
+# The burst rule (docs/planning.md, "Bursts"): a burst is at least BURST_PODS GPU pods created less than
+# BURST_QUIET_S apart; it has landed once no GPU pod has been created for BURST_QUIET_S, or BURST_MAX_S after
+# its first pod, whichever comes first. Until then, its pending pods that would leave more than BURST_WASTE of
+# their smallest instance unused wait for it to land.
+BURST_PODS = 8
+BURST_QUIET_S = 30.0
+BURST_MAX_S = 600.0
+BURST_WASTE = 0.4
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A burst still arriving: until when (seconds since the epoch) it holds, and the pending pods it holds."""
+
+    until: float
+    held: frozenset[str]
+
+
+def burst_hold(snapshot: Snapshot, now: float) -> Burst | None:
+    """The burst still arriving at `now` (seconds since the epoch), or None. A plan made on a burst's first pods
+    cuts GPUs for them, and with short relabels, or on the in-place path, they bind at once and hold their
+    instances for as long as they run. A pod that would leave much of its instance unused (a 45 GiB pod in an
+    80 GB 7g) then takes a GPU that two of the burst's later pods would have filled. So until the burst has
+    landed, such pods are not planned (they stay pending, and may still bind to a free instance); the others are
+    served as they come. Once it has landed, the plan sees them all and its objective (pods placed, then
+    stranded MiB) decides."""
+    models = [n.model for n in snapshot.nodes if n.model is not None]
+    if not models:
+        return None
+    model = max(models, key=lambda m: m.full_profile.memory_mib)  # what the burst's pods are measured on
+    times = sorted({t for p in _gpu_pods(snapshot.pods) if (t := _epoch_s(p.created)) is not None})
+    if not times or now - times[-1] >= BURST_QUIET_S:
+        return None
+    start = len(times) - 1
+    while start > 0 and times[start] - times[start - 1] < BURST_QUIET_S:
+        start -= 1
+    until = min(times[-1] + BURST_QUIET_S, times[start] + BURST_MAX_S)
+    if len(times) - start < BURST_PODS or until <= now:
+        return None
+    held = frozenset(p.key for p in snapshot.pending if _wasteful(model, p))
+    return Burst(until, held) if held else None
+
+
+def _wasteful(model: GpuModel, pod: Pod) -> bool:
+    """Whether the pod would leave more than `BURST_WASTE` of its smallest instance on `model` unused."""
+    for d in pod.gpu:
+        fits = profiles_for(model, d)
+        if not fits:
+            return False  # nothing here serves it: holding it changes nothing
+        mib = fits[0].memory_mib
+        if mib - need_mib(d, mib, pod.need_mib) > BURST_WASTE * mib:
+            return True
+    return False
+
+
+def _epoch_s(created: str) -> float | None:
+    """A creationTimestamp (RFC 3339, as the API server writes it) in seconds since the epoch; None if unreadable."""
+    try:
+        stamp = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None

@@ -30,6 +30,7 @@ from migctl.core.cluster import Gpu, Node, Pod, Snapshot
 from migctl.core.demand import need_mib, profiles_for
 from migctl.core.forecast import DemandClass, Forecast
 from migctl.core.geometry import canonical, geometry
+from migctl.core.in_place import around
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan
 from migctl.core.settings import PlannerSettings
@@ -77,7 +78,9 @@ def groups(result: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: 
                 for g in node.gpus:
                     on_node.setdefault(g.index, g)  # the first of an index, as the plan reads it
             gpu = on_node.get(gp.index)
-            if gp.changed:
+            if gp.changed and gpu is not None and around(node, gpu) is not None:
+                group.fixed.append(gp)  # re-cut in place around instances in use: the planner chose it for the forecast
+            elif gp.changed:
                 group.reshaped.append((node, gp))
             elif (
                 settings.preshape

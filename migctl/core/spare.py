@@ -20,12 +20,14 @@ unusable memory, then larger free instances (sum of squared GiB), then the layou
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from copy import copy
 
 from migctl.core.demand import WHOLE_GPU
 from migctl.core.forecast import DemandClass, ModelForecast
 from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical
+from migctl.core.in_place import Around, reach
 
 Layout = CanonicalLayout
 Request = tuple[tuple[str, ...], int]  # (profiles that serve it, smallest first; real need MiB)
@@ -58,6 +60,7 @@ class Completions:
             (c, horizon * c.share if want is None else want.get(c.key, 0.0)) for c in classes
         )
         self._best: dict[Layout, tuple[Layout, int, int] | None] = {}
+        self._around: dict[tuple[Around, Layout], tuple[Layout, int, int] | None] = {}
         self._served: dict[Layout, int] = {}
         self._regroup: dict[tuple[Request, ...], tuple[Layout, tuple[str, ...]] | None] = {}
         # `_serving`, shared by every `with_want` copy (it does not depend on the want)
@@ -130,6 +133,7 @@ class Completions:
         other._best, other._served, other._regroup = memos
         other._takes = {}
         other._served_by_cap = {}
+        other._around = {}
         other._capped = True
         other._room = None  # the memos are shared: a key must not depend on one member's want
         return other
@@ -203,6 +207,36 @@ class Completions:
             squares = self._squares(f.have) - self._squares(dict(assigned))
             result = (f.layout, f.unusable, (self.served_of(f.layout) << _SQ_BITS) + squares)
         self._best[assigned] = result
+        return result
+
+    def best_around(self, where: Around, assigned: Layout) -> tuple[Layout, int, int] | None:
+        """`best` for a busy GPU re-cut in place (`migctl/core/in_place.py`): the layout holds the instances in
+        use of `where` and `assigned`, and must be reachable without moving an instance in use. Of those, the one
+        whose free instances (all but those in use) serve the most forecast demand wins, then the least unusable
+        memory, then the fewest NVML operations: a free instance the forecast still wants is kept where it sits
+        (lazy reclamation) rather than destroyed and made again; then larger free instances, then the layout."""
+        memo_key = (where, assigned)
+        if memo_key in self._around:
+            return self._around[memo_key]
+        in_use = Counter(p.profile for p in where[0])
+        must = Counter(dict(assigned))
+        must.update(in_use)
+        found: tuple[tuple[int, int, int, int, Layout], Layout, int] | None = None
+        for f in self.geo.completions(must):
+            moved = reach(self.geo, where, f.layout)
+            if moved is None:
+                continue
+            spare = canonical((n, c - in_use[n]) for n, c in f.layout)
+            served = self.served_of(spare)
+            rank = (-served, f.unusable, moved.operations, -self._squares(f.have), f.layout)
+            if found is None or rank < found[0]:
+                found = (rank, f.layout, f.unusable)
+        result = None
+        if found is not None:
+            rank, layout, unusable = found
+            extra = self._squares(dict(layout)) - self._squares(must)
+            result = (layout, unusable, (-rank[0] << _SQ_BITS) + extra)
+        self._around[memo_key] = result
         return result
 
     def regroup(self, reqs: tuple[Request, ...]) -> tuple[Layout, tuple[str, ...]] | None:

@@ -9,7 +9,8 @@ waits, batches and refuses exactly where the live one would:
   resync sees the same snapshot as the reconcile before it, and plans the same);
 * a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`), freezes the nodes
   `holds` names (in flight, cooldown, minimum dwell), plans, and, once the batching window says demand has
-  settled, lets `select` start at most `max_concurrent_nodes` node changes;
+  settled and no burst of pods is still arriving (`core/forecast.burst_hold`), lets `select` start at most
+  `max_concurrent_nodes` node changes;
 * a started node is tainted and paused node-wide (`Sim.reconfigure`); the pods the change is for start when
   it ends, and its `last_change` starts the dwell.
 Between reconciles kube-scheduler binds pending pods to free instances (`bind_free`). `settle_s` has no effect
@@ -22,21 +23,25 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from migctl.config import ControllerSettings
 from migctl.controller.guards import BatchWindow, Candidate, NodeRecord, holds, select
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.cluster import Gpu, GpuDemand, Instance, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.forecast import burst_hold
+from migctl.core.geometry import CanonicalLayout
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
 from migctl.core.planner import plan
 from migctl.core.settings import PlannerSettings
-from migctl.sim.baselines import bind_free
 from migctl.sim.mig import Policy, Sim
+from migctl.sim.scheduler import bind_free
 from migctl.sim.state import Placement
+from migctl.sim.timing import InPlaceTime
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # trace time 0 as a creationTimestamp
+EPOCH_S = EPOCH.timestamp()
 NAMESPACE = "sim"
 
 
@@ -80,10 +85,11 @@ def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None) -> Pod:
     )
 
 
-def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snapshot:
+def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None, in_place: bool = False) -> Snapshot:
     """The cluster as `snapshot_from_objects` would build it: nodes with per-GPU layouts and usage (the node
     agent's inventory), running pods with their node and GPU, pending pods; nodes in a reconfiguration carry
-    migctl's taint. `frozen`: node -> why the guard rails hold it."""
+    migctl's taint. `frozen`: node -> why the guard rails hold it. `in_place`: every node is opted into the
+    in-place path and the agent reports each instance where it sits (`Gpu.instances`)."""
     cl, frozen = sim.cl, frozen or {}
     on_node: dict[int, list[tuple[int, int | None]]] = {}
     for ji, units in sim.running.items():
@@ -101,7 +107,13 @@ def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snap
         gpus = []
         for gid in ids:
             g = cl.gpus[gid]
-            gpus.append(Gpu(g.index, GpuConfig.mig(dict(g.layout)), dict(g.used), False))
+            held = None
+            if in_place and g.spots is not None:
+                held = tuple(
+                    Instance(p.profile, p.start, p.size, j is not None)
+                    for p, j in sorted(g.spots.items(), key=lambda kv: (kv[0].start, kv[0].profile))
+                )
+            gpus.append(Gpu(g.index, GpuConfig.mig(dict(g.layout)), dict(g.used), False, held))
             for p, c in g.free.items():
                 free[p] = free.get(p, 0) + c
         paused = not cl.node_open(n)
@@ -118,6 +130,7 @@ def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snap
                 usage_known=True,
                 frozen_reason=reason,
                 gpu_pods=tuple((p.key, p.priority, p.gpu_index) for p in node_pods),
+                in_place=in_place,
             )
         )
     pods.extend(_pod(sim, ji, None, None) for ji in sim.pending)
@@ -127,7 +140,11 @@ def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None) -> Snap
 def _fingerprint(snap: Snapshot) -> object:
     """Everything of a simulator snapshot the planner reads (the rest is the same in every snapshot of a run)."""
     nodes = tuple(
-        (n.frozen_reason, bool(n.taints), tuple((g.config, tuple(sorted((g.used or {}).items()))) for g in n.gpus))
+        (
+            n.frozen_reason,
+            bool(n.taints),
+            tuple((g.config, tuple(sorted((g.used or {}).items())), g.instances) for g in n.gpus),
+        )
         for n in snap.nodes
     )
     return nodes, tuple((p.key, p.node, p.gpu_index) for p in snap.pods)
@@ -142,6 +159,8 @@ class _Record:
 class Controller(Policy):
     name = "migctl"
     times_itself = True
+    in_place = False  # the stock path: every change is a relabel through mig-manager
+    exact = False  # kube-scheduler binds a pod to its smallest profile only (the webhook's rewrite): analysis
 
     def __init__(self, planner: PlannerSettings | None = None, controller: ControllerSettings | None = None) -> None:
         self.planner = planner or PlannerSettings()
@@ -151,11 +170,12 @@ class Controller(Policy):
         self.trigger_at: float | None = None  # debounced reconcile
         self.batch_at: float | None = None  # the batching window closes
         self.resync_at: float | None = None  # the next resync that can matter
+        self.burst_at: float | None = None  # a burst lands: plan the pods it held
         self.last_plan: Plan | None = None
         self._memo: tuple[object, Plan] | None = None
 
     def wake(self, sim: Sim) -> float | None:
-        times = [t for t in (self.trigger_at, self.batch_at) if t is not None]
+        times = [t for t in (self.trigger_at, self.batch_at, self.burst_at) if t is not None]
         self.resync_at = self._next_resync(sim) if sim.pending else None
         if self.resync_at is not None:
             times.append(self.resync_at)
@@ -187,10 +207,10 @@ class Controller(Policy):
         if sim.packing:  # the planner places every pod of the round itself, as before the timeline existed
             self._reconcile(sim, guarded=False)
             return
-        bind_free(sim)
+        bind_free(sim, self.exact)
         if sim.real_event and self.trigger_at is None:
             self.trigger_at = now + self.settings.debounce_s
-        due = [t for t in (self.trigger_at, self.batch_at, self.resync_at) if t is not None and t <= now]
+        due = [t for t in (self.trigger_at, self.batch_at, self.resync_at, self.burst_at) if t is not None and t <= now]
         if not due:
             return
         if self.trigger_at is not None and self.trigger_at <= now:
@@ -199,6 +219,8 @@ class Controller(Policy):
             self.batch_at = None
         if self.resync_at is not None and self.resync_at <= now:
             self.resync_at = None
+        if self.burst_at is not None and self.burst_at <= now:
+            self.burst_at = None
         self._reconcile(sim, guarded=True)
 
     def _reconcile(self, sim: Sim, guarded: bool) -> None:
@@ -209,7 +231,11 @@ class Controller(Policy):
             recs = [NodeRecord(node_name(n), "", r.last_attempt, r.last_change) for n, r in self.records.items()]
             held = holds(recs, now, self.settings, in_flight)
             frozen = {int(k[1:]): f"guard rail: {v}" for k, v in held.items()}
-        snap = snapshot(sim, self.planner.reconfigure_taint, frozen)
+        snap = snapshot(sim, self.planner.reconfigure_taint, frozen, self.in_place)
+        burst = burst_hold(snap, EPOCH_S + now) if guarded else None
+        if burst is not None:  # a burst still arriving: its wasteful pods wait until it has landed
+            snap = replace(snap, pods=tuple(p for p in snap.pods if p.key not in burst.held))
+            self.burst_at = burst.until - EPOCH_S + 0.01
         key = _fingerprint(snap)
         if self._memo is not None and self._memo[0] == key:
             result = self._memo[1]  # the same snapshot as the last reconcile: the pure planner plans the same
@@ -254,5 +280,66 @@ class Controller(Policy):
             n = int(name[1:])
             layouts = {cl.by_node[n][g.index]: g.target.layout for g in plans[name].gpus if g.changed}
             mine = [pl for pl in by_node.get(n, []) if pl.job in sim.pending]
-            sim.reconfigure(n, layouts, mine)
+            sim.reconfigure(n, layouts, mine, self.window_s(sim, layouts))
             self.records.setdefault(n, _Record())
+
+    def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
+        """How long a change holds its node; None: a relabel, drawn by the simulator (`ReconfigTime`)."""
+        return None
+
+
+class InPlaceController(Controller):
+    """`migctl-inplace`: every node opted into the in-place path (`migctl.io/actuation=in-place`).
+
+    The protocol of the in-place path, as the controller and the agent run it: the controller taints the node
+    (pods bound but not yet started: none here, the simulator starts a bound pod at once) and writes the target;
+    the agent re-cuts each GPU all or nothing through NVML, instances in use staying where they sit
+    (`migctl.core.in_place.reach`), and flips the device plugin's config label; the controller removes the
+    taint once allocatable lists the new instances. No pod lands on the node meanwhile: the window is the
+    agent's NVML operations plus the re-advertise window (`InPlaceTime`). The controller's guard rails are the
+    same settings as `migctl run` reads (`ControllerSettings`), decided by `controller/guards.py`."""
+
+    name = "migctl-inplace"
+    in_place = True
+    tracks_placements = True
+
+    def __init__(
+        self,
+        planner: PlannerSettings | None = None,
+        controller: ControllerSettings | None = None,
+        timing: InPlaceTime | None = None,
+    ) -> None:
+        super().__init__(planner, controller)
+        self.settings = in_place_rails(self.settings)
+        self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
+        self.timing = timing or InPlaceTime()
+
+    def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
+        instances = sum(sim.cl.operations(gid, lay) for gid, lay in layouts.items())
+        return self.timing.draw(instances, sim.rng)
+
+
+# The guard rails of a node on the in-place path, by the name of the controller's setting, and the value the
+# simulator takes while the settings model has none: an in-place change moves no running pod and holds its node
+# for seconds, so the stock path's cooldown and minimum dwell (minutes, against flapping between relabels that
+# pause a node) are not its rails; concurrency stays the stock path's.
+IN_PLACE_RAILS: dict[str, tuple[str, float | None]] = {
+    "cooldown_s": ("in_place_cooldown_s", 0.0),
+    "min_dwell_s": ("in_place_min_dwell_s", 0.0),
+    "max_concurrent_nodes": ("in_place_max_concurrent_nodes", None),
+    # the stock batching window (10 s stable, 60 s at most) buys a relabel's worth of demand per pause; a
+    # window of seconds is not worth a minute's wait, and a burst is held whole by the burst rule instead
+    "batch_stable_s": ("in_place_batch_stable_s", 0.0),
+    "batch_max_s": ("in_place_batch_max_s", 0.0),
+}
+
+
+def in_place_rails(settings: ControllerSettings) -> ControllerSettings:
+    """`settings` with the in-place path's guard rails in place of the stock path's (`IN_PLACE_RAILS`), read from
+    the same settings model that `migctl run` reads."""
+    update: dict[str, object] = {}
+    for stock, (name, fallback) in IN_PLACE_RAILS.items():
+        value = getattr(settings, name, fallback)
+        if value is not None:
+            update[stock] = value
+    return settings.model_copy(update=update)

@@ -7,8 +7,8 @@ policy's own wake-ups) the policy looks at the cluster and acts through `Sim`:
 * `create`: cut an instance on one GPU through NVML (HAMi-like agents): the GPU is closed for `create_s`;
 * `reconfigure`: change the layouts of some GPUs of one node the way mig-manager does: the whole node is closed
   for a time drawn from `ReconfigTime`, and the jobs the change is for start when it ends.
-The policies live in `baselines.py`, `fgd_mig.py` and `controller.py` (migctl with the controller's batching
-and guard rails).
+The policies live in `policies/` (one file per competitor, one registry) and `controller.py` (migctl with the
+controller's batching and guard rails, on either actuation path); `run.py` runs one of them over a trace.
 
 Without departures (the FGD protocol on openb) the run is a packing check, not a timeline: `batch` arrivals form
 one round, every change applies at once, and a re-cut only adds its drawn time to the pods' pending time.
@@ -17,16 +17,12 @@ one round, every change applies at once, and a re-cut only adds its drawn time t
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from migctl.config import ControllerSettings
-from migctl.core.catalog import GpuModel
-from migctl.core.geometry import CanonicalLayout, canonical
-from migctl.core.settings import PlannerSettings
+from migctl.core.geometry import CanonicalLayout
 from migctl.sim.names import MIG_POLICIES
 from migctl.sim.state import Cluster, Placement
 from migctl.sim.timing import NVML_CREATE_S, ReconfigTime
@@ -40,6 +36,7 @@ class Policy:
 
     name = "policy"
     times_itself = False  # True: the policy appends its own planning times to `Sim.plan_s`
+    tracks_placements = False  # True: the cluster knows where each instance sits (`Cluster(track=True)`)
 
     def step(self, sim: Sim) -> None:
         raise NotImplementedError
@@ -179,13 +176,20 @@ class Sim:
             self.push(self.now + delay, WAKE, -1)  # the GPU opens again: look at the queue then
         self._started(pl, (self.jobs[pl.job].arrival if self.packing else self.now) + delay)
 
-    def reconfigure(self, node: int, layouts: dict[int, CanonicalLayout], placements: Sequence[Placement]) -> float:
+    def reconfigure(
+        self,
+        node: int,
+        layouts: dict[int, CanonicalLayout],
+        placements: Sequence[Placement],
+        duration: float | None = None,
+    ) -> float:
         """Relabel one node (mig-manager): no pod lands on any of its GPUs until the drawn time has passed; the
-        placements (on its GPUs, old or new instances) start when it ends. Returns the drawn time."""
+        placements (on its GPUs, old or new instances) start when it ends. Returns the drawn time. `duration`:
+        the caller drew the window itself (the in-place path: NVML operations and the re-advertise window)."""
         assert layouts, "a reconfiguration changes at least one GPU"
         assert all(self.cl.gpus[g].node == node for g in layouts), "layouts of another node"
         assert all(self.cl.gpus[g].node == node for pl in placements for g, _ in pl.gpus), "pods on another node"
-        dur = self.timing.draw(self.rng)
+        dur = self.timing.draw(self.rng) if duration is None else duration
         self.reconfigs += len(layouts)
         ns = self.cl.nodes[node]
         ns.windows += 1
@@ -207,16 +211,25 @@ class Sim:
         return dur
 
     def _finish(self, node: int) -> None:
+        """The window ends: each GPU takes its layout, all or nothing (a tracked GPU that can no longer reach
+        it keeps its old layout, and the pods placed on it wait again); the others' pods start."""
         w = self.windows.pop(node)
+        failed = set()
         for gid, lay in w.layouts.items():
+            if self.cl.gpus[gid].spots is not None and self.cl.spots_after(gid, lay) is None:
+                failed.add(gid)
+                continue
             self.cl.relayout(gid, lay)
         for pl in w.placements:
+            if failed & {gid for gid, _ in pl.gpus}:
+                self.pending.append(pl.job)
+                continue
             self.cl.apply(pl, relayout=False)
             self._started(pl, self.now)
 
     def _depart(self, ji: int) -> list[tuple[int, str]]:
         units = self.running.pop(ji, [])
-        self.cl.release(units)
+        self.cl.release(units, ji)
         d = self.demand(ji)
         self.running_mib -= d
         per_unit = d // self.jobs[ji].num_gpu
@@ -228,121 +241,4 @@ class Sim:
         return sum(len(w.placements) for w in self.windows.values())
 
 
-def simulate(
-    jobs: Sequence[Job],
-    node_gpus: Sequence[int],
-    model: GpuModel,
-    policy: str | Policy,
-    *,
-    reconfig: ReconfigTime | None = None,
-    reconfig_s: float | None = None,
-    batch: int = 32,
-    departures: bool = True,
-    drop_unplaced: bool = False,
-    seed: int = 0,
-    create_s: float = NVML_CREATE_S,
-    initial: CanonicalLayout | None = None,
-    planner: PlannerSettings | None = None,
-    controller: ControllerSettings | None = None,
-) -> RunResult:
-    """Run one policy over `jobs`. `reconfig_s` is shorthand for a fixed reconfiguration time; `initial` is the
-    layout every GPU starts with when `policy` is a Policy object (a name brings its own);
-    `planner` and `controller` are the settings a named migctl policy runs with (defaults when None)."""
-    from migctl.sim.policies import make_policy
-
-    timing = reconfig or (ReconfigTime(reconfig_s, 0.0) if reconfig_s is not None else ReconfigTime())
-    jobs = sorted(jobs, key=lambda j: j.arrival)  # job id = arrival rank (pod names and tie-breaks follow it)
-    if isinstance(policy, str):
-        cl, pol = make_policy(policy, jobs, node_gpus, model, planner, controller, seed=seed)
-    else:
-        cl, pol = Cluster(node_gpus, model, initial), policy
-    sim = Sim(jobs, cl, timing, np.random.default_rng(seed), not departures, create_s)
-    shapes = cl.shapes
-    for i, j in enumerate(jobs):
-        sim.push(j.arrival, ARRIVE, i)
-    sim.arrivals_left = len(jobs)
-    arrived_mib = arrived_pods = 0
-    samples: list[Sample] = []
-    end_internal = end_unusable = -1
-    wakes: set[float] = set()
-    ev = sim._events
-    while ev:
-        now = ev[0][0]
-        cl.now = now
-        count = 0
-        real = False
-        while ev and (ev[0][0] == now if departures else count < batch):
-            _, kind, _, x = heapq.heappop(ev)
-            real |= kind != WAKE
-            if kind == DEPART:
-                pol.released(sim, x, sim._depart(x))
-            elif kind == DONE:
-                sim._finish(x)
-                pol.finished(sim, x)
-            elif kind == ARRIVE:
-                sim.pending.append(x)
-                arrived_mib += sim.demand(x)
-                arrived_pods += 1
-                sim.arrivals_left -= 1
-                count += 1
-            else:
-                wakes.discard(now)
-        sim.real_event = real
-        if real:
-            sim.last_event = now
-        sim.pending.sort(key=lambda i: (-jobs[i].priority, i))
-        timed = bool(sim.pending) and not pol.times_itself
-        t0 = time.perf_counter()
-        pol.step(sim)
-        if timed:
-            sim.plan_s.append(time.perf_counter() - t0)
-        if drop_unplaced:
-            sim.pending.clear()
-        w = pol.wake(sim)
-        if w is not None and w > now and w not in wakes and not sim.packing:
-            wakes.add(w)
-            sim.push(w, WAKE, -1)
-        unusable = sum(shapes.unusable(canonical(g.layout)) for g in cl.gpus if g.used.total())
-        used_mib = sum(cl.instance_mib(g.used) for g in cl.gpus)
-        samples.append(
-            Sample(
-                now,
-                arrived_mib,
-                sim.placed_mib,
-                used_mib,
-                sim.internal,
-                unusable,
-                arrived_pods,
-                len(sim.start_at),
-                sim.running_mib,
-                len(sim.pending) + sim.waiting(),
-            )
-        )
-        if sim.arrivals_left == 0 and end_internal < 0:
-            end_internal, end_unusable = sim.internal, unusable
-    wait = [sim.start_at[i] - jobs[i].arrival for i in sorted(sim.start_at)]
-    return RunResult(
-        pol.name,
-        cl.total_mib,
-        len(cl.gpus),
-        len(jobs),
-        len(sim.start_at),
-        sim.placed_mib,
-        arrived_mib,
-        max(end_internal, 0),
-        max(end_unusable, 0),
-        sim.reconfigs,
-        0,
-        wait,
-        sim.plan_s,
-        samples,
-        departures,
-        sum(n.windows for n in cl.nodes),
-        sum(n.paused_s for n in cl.nodes),
-        jobs[0].arrival if jobs else 0.0,
-        jobs[-1].arrival if jobs else 0.0,
-        sim.window_log,
-    )
-
-
-__all__ = ["MIG_POLICIES", "Policy", "RunResult", "Sample", "Sim", "simulate"]
+__all__ = ["MIG_POLICIES", "Policy", "RunResult", "Sample", "Sim"]

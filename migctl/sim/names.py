@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-MIG_POLICIES = ("migctl", "static-all-1g", "static-balanced", "static-best-mix", "nos", "hami", "first-fit", "best-fit",
-                "fgd-mig")  # fmt: skip
+MIG_POLICIES = ("migctl", "migctl-inplace", "static-all-1g", "static-balanced", "static-best-mix", "nos", "hami",
+                "first-fit", "best-fit", "fgd-mig")  # fmt: skip
 CONTINUOUS = ("cont-bestfit", "cont-fgd")
 # What-if variants for analysis, never in the default comparison: `migctl-oracle-start` is migctl started from
-# static-best-mix's layouts at no cost (the cold start solved by an oracle), docs/simulation.md section 4.1.
-ANALYSIS = ("migctl-oracle-start",)
+# static-best-mix's layouts at no cost (the cold start solved by an oracle), docs/simulation.md section 4.1;
+# `migctl-webhook` and `migctl-inplace-webhook` bind each pod to its smallest profile only (section 4.3).
+ANALYSIS = ("migctl-oracle-start", "migctl-webhook", "migctl-inplace-webhook")
 DEFAULT_POLICIES = (*MIG_POLICIES, *CONTINUOUS)
 ALL_POLICIES = (*DEFAULT_POLICIES, *ANALYSIS)
 WORKLOADS = ("openb-slice", "openb", "miso", "genai")
 DEFAULT_RECONFIG_S = 60.0  # median of the reconfiguration time
 DEFAULT_SIGMA = 0.7  # its lognormal shape (migctl.sim.timing)
+DEFAULT_READVERTISE_S = 5.0  # median of the in-place path's re-advertise window (migctl.sim.timing.InPlaceTime)

@@ -66,7 +66,8 @@ def format_table(sc: Scenario) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = [
         f"workload {sc.workload} on {sc.cluster.name} ({len(sc.cluster.nodes)} nodes, {sc.cluster.gpus} GPUs, "
-        f"{sc.model.id}); seeds {', '.join(map(str, sc.seeds))}; reconfiguration time {sc.timing.describe()}",
+        f"{sc.model.id}); seeds {', '.join(map(str, sc.seeds))}; reconfiguration time {sc.timing.describe()}; "
+        f"in place: {sc.in_place.describe()}",
         f"source: {sc.source}",
         f"mapping: {sc.mapping}",
     ]
@@ -125,7 +126,7 @@ def plot(sc: Scenario, out_dir: Path) -> list[Path]:
 
 def _stem(sc: Scenario) -> str:
     base = f"{sc.workload}-{sc.cluster.name.replace('/', '_')}-{sc.model.id}"
-    return base if not sc.timelines else f"{base}-r{sc.reconfig_s:g}"
+    return base if not sc.timelines else f"{base}-r{sc.reconfig_s:g}-a{sc.readvertise_s:g}"
 
 
 def _plot_time(sc: Scenario, out_dir: Path, plt: Any) -> list[Path]:

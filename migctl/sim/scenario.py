@@ -29,9 +29,18 @@ from migctl.config import ControllerSettings
 from migctl.core.catalog import GpuModel
 from migctl.core.settings import PlannerSettings
 from migctl.sim.continuous import MILLI, ContinuousSim, resample, typical_pods
-from migctl.sim.mig import RunResult, simulate
-from migctl.sim.names import ALL_POLICIES, CONTINUOUS, DEFAULT_RECONFIG_S, DEFAULT_SIGMA, MIG_POLICIES, WORKLOADS
-from migctl.sim.timing import ReconfigTime
+from migctl.sim.mig import RunResult
+from migctl.sim.names import (
+    ALL_POLICIES,
+    CONTINUOUS,
+    DEFAULT_READVERTISE_S,
+    DEFAULT_RECONFIG_S,
+    DEFAULT_SIGMA,
+    MIG_POLICIES,
+    WORKLOADS,
+)
+from migctl.sim.run import simulate
+from migctl.sim.timing import InPlaceTime, ReconfigTime
 from migctl.sim.workloads import (
     BUNDLED,
     OPENB,
@@ -119,6 +128,7 @@ class Scenario:
     seeds: Sequence[int]
     reconfig_s: float = DEFAULT_RECONFIG_S  # median of the reconfiguration time
     reconfig_sigma: float = DEFAULT_SIGMA  # lognormal shape; 0: always reconfig_s
+    readvertise_s: float = DEFAULT_READVERTISE_S  # median of the in-place path's re-advertise window
     ratio: float = 1.3
     batch: int = 32
     miso_gap_s: float = 20.0
@@ -134,6 +144,10 @@ class Scenario:
     @property
     def timing(self) -> ReconfigTime:
         return ReconfigTime(self.reconfig_s, self.reconfig_sigma)
+
+    @property
+    def in_place(self) -> InPlaceTime:
+        return InPlaceTime(self.readvertise_s)
 
     def run(self) -> None:
         for seed in self.seeds:
@@ -163,6 +177,7 @@ class Scenario:
                 self.model,
                 policy,
                 reconfig=self.timing,
+                in_place=self.in_place,
                 batch=self.batch,
                 departures=False,
                 drop_unplaced=True,
@@ -182,6 +197,7 @@ class Scenario:
             self.model,
             policy,
             reconfig=self.timing,
+            in_place=self.in_place,
             seed=seed,
             planner=self.planner,
             controller=self.controller,
@@ -219,6 +235,8 @@ class Scenario:
             "reconfig_s": self.reconfig_s,
             "reconfig_sigma": self.reconfig_sigma,
             "reconfig": self.timing.describe(),
+            "readvertise_s": self.readvertise_s,
+            "in_place": self.in_place.describe(),
             "batch": self.batch,
             "metrics": {p: {m: {"mean": v[0], "std": v[1]} for m, v in t.items()} for p, t in self.table().items()},
             "runs": self.runs,

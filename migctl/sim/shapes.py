@@ -66,14 +66,16 @@ def all_1g(shapes: Shapes) -> CanonicalLayout:
 
 
 def balanced(shapes: Shapes) -> CanonicalLayout:
-    """mig-parted's `all-balanced`: 2×1g + 1×2g + 1×3g (smallest 1g)."""
+    """mig-parted's `all-balanced` as the catalog gives it: 2×1g + 1×2g + 1×3g (the smallest of each), less the
+    sizes the model lacks (an A30 has no 3g: 2×1g + 2g) and what does not fit. The simulator takes NVIDIA's own
+    entry where its config has one (`migctl/sim/named.py`); this is the fallback."""
     by_slices: dict[int, list[tuple[int, str]]] = {}
     for p in shapes.model.base_profiles:
         by_slices.setdefault(p.compute_slices, []).append((p.memory_mib, p.name))
-    one, two, three = min(by_slices[1])[1], min(by_slices[2])[1], min(by_slices[3])[1]
-    lay = canonical({one: 2, two: 1, three: 1})
-    assert shapes.geo.is_valid(lay)
-    return lay
+    wanted = [(min(by_slices[k])[1], n) for k, n in ((1, 2), (2, 1), (3, 1)) if k in by_slices]
+    while wanted and not shapes.geo.is_valid(canonical(dict(wanted))):
+        wanted.pop()  # the largest size first
+    return canonical(dict(wanted)) if wanted else all_1g(shapes)
 
 
 def best_static_mix(shapes: Shapes, jobs: Sequence[Job], n_gpus: int) -> list[CanonicalLayout]:

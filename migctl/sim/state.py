@@ -7,6 +7,10 @@ Two kinds of window, because real systems pay two kinds of reconfiguration cost:
 * per GPU (`GpuState.ready_at`): an agent that creates one instance through NVML (HAMi v2.10) blocks only that
   GPU, and only for the creation.
 Policies must not place on a GPU inside either window (`Cluster.open`); `apply` checks it.
+
+A run of the in-place path (`Cluster(track=True)`) also knows where every instance sits and which job holds it
+(`GpuState.spots`): a busy GPU is re-cut around the instances in use by the same rule the agent applies
+(`migctl.core.in_place.reach`), so an instance in use never moves.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass, field
 
 from migctl.core.catalog import GpuModel
 from migctl.core.geometry import CanonicalLayout, canonical
+from migctl.core.geometry import Placement as Spot
+from migctl.core.in_place import Around, reach
 from migctl.sim.shapes import Shapes
 
 
@@ -27,6 +33,13 @@ class GpuState:
     layout: Counter[str]
     used: Counter[str] = field(default_factory=Counter)
     ready_at: float = 0.0  # an instance is being created on this GPU until then
+    spots: dict[Spot, int | None] | None = None  # where each instance sits -> job holding it; tracked runs only
+
+    def around(self) -> Around:
+        """(in use, free) instances where they sit, sorted by start (`migctl.core.in_place`)."""
+        assert self.spots is not None, "placements are tracked only in runs of the in-place path"
+        ordered = sorted(self.spots.items(), key=lambda kv: (kv[0].start, kv[0].profile))
+        return tuple(p for p, j in ordered if j is not None), tuple(p for p, j in ordered if j is None)
 
     @property
     def free(self) -> Counter[str]:
@@ -53,7 +66,9 @@ class Placement:
 
 
 class Cluster:
-    def __init__(self, node_gpus: Sequence[int], model: GpuModel, initial: CanonicalLayout | None = None) -> None:
+    def __init__(
+        self, node_gpus: Sequence[int], model: GpuModel, initial: CanonicalLayout | None = None, track: bool = False
+    ) -> None:
         self.shapes = Shapes(model)
         start = initial if initial is not None else ()  # MIG on, no instances: dynamic policies cut on demand
         self.gpus: list[GpuState] = []
@@ -63,7 +78,10 @@ class Cluster:
             ids = []
             for i in range(count):
                 ids.append(len(self.gpus))
-                self.gpus.append(GpuState(n, i, Counter(dict(start))))
+                g = GpuState(n, i, Counter(dict(start)))
+                if track:
+                    g.spots = dict.fromkeys(self.shapes.geo.place(start) if start else ())
+                self.gpus.append(g)
             self.by_node.append(ids)
             self.nodes.append(NodeState())
         self.total_mib = self.shapes.full_mib * len(self.gpus)
@@ -86,7 +104,29 @@ class Cluster:
         new = Counter(dict(layout))
         assert not (g.used - new), f"re-layout of GPU {gid} would destroy instances in use"
         assert not new or self.shapes.geo.is_valid(layout), f"invalid layout {layout}"
+        if g.spots is not None:
+            spots = self.spots_after(gid, layout)
+            assert spots is not None, f"GPU {gid} cannot reach {layout} without moving an instance in use"
+            g.spots = spots
         g.layout = new
+
+    def spots_after(self, gid: int, layout: CanonicalLayout) -> dict[Spot, int | None] | None:
+        """Where the instances of `layout` would sit on a tracked GPU, its instances in use staying where they are
+        (the agent's rule); None when it cannot be reached so."""
+        g = self.gpus[gid]
+        assert g.spots is not None
+        used, free = g.around()
+        moved = reach(self.shapes.geo, (used, free), layout)
+        if moved is None:
+            return None
+        return {**{p: g.spots[p] for p in used}, **dict.fromkeys((*moved.keep, *moved.create))}
+
+    def operations(self, gid: int, layout: CanonicalLayout) -> int:
+        """GPU instances destroyed or created to reach `layout` on a tracked GPU (the agent's NVML work)."""
+        g = self.gpus[gid]
+        assert g.spots is not None
+        moved = reach(self.shapes.geo, g.around(), layout)
+        return 0 if moved is None else moved.operations
 
     def apply(self, pl: Placement, relayout: bool = True) -> None:
         """Take the placement's instances (after its re-layouts, when `relayout`)."""
@@ -97,13 +137,20 @@ class Cluster:
             g = self.gpus[gid]
             assert g.free[p] > 0, f"no free {p} on GPU {gid}"
             g.used[p] += 1
+            if g.spots is not None:  # the device plugin hands out some free instance: the lowest here
+                spot = min((s for s, j in g.spots.items() if j is None and s.profile == p), key=lambda s: s.start)
+                g.spots[spot] = pl.job
 
-    def release(self, units: Sequence[tuple[int, str]]) -> None:
+    def release(self, units: Sequence[tuple[int, str]], job: int | None = None) -> None:
         for gid, p in units:
-            used = self.gpus[gid].used
+            g = self.gpus[gid]
+            used = g.used
             used[p] -= 1
             if used[p] <= 0:
                 del used[p]
+            if g.spots is not None:
+                held = next(s for s, j in g.spots.items() if j == job and s.profile == p)
+                g.spots[held] = None
 
 
 def free_profile(g: GpuState, fits: tuple[str, ...]) -> str | None:

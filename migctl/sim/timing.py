@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from migctl.sim.names import (
+    DEFAULT_READVERTISE_S,  # the device plugin's in-process restart; its pod's: ~30 s
+    DEFAULT_SIGMA,
+)
 from migctl.sim.names import DEFAULT_RECONFIG_S as DEFAULT_MEDIAN_S
-from migctl.sim.names import DEFAULT_SIGMA
 
 NVML_CREATE_S = 2.0  # one GPU/compute instance created through NVML (HAMi-like agents): no component restart
 
@@ -51,4 +54,43 @@ class ReconfigTime:
         return (
             f"lognormal median {self.median_s:g} s, sigma {self.sigma:g} (p95 {self.quantile(0.95):.0f} s, "
             f"p99 {self.quantile(0.99):.0f} s)"
+        )
+
+
+NVML_OP_MIN_S = 0.05  # one GPU- or compute-instance create or destroy through NVML (A100, A30: 0.05-0.25 s)
+NVML_OP_MAX_S = 0.25
+READVERTISE_SIGMA = 0.5
+
+
+@dataclass(frozen=True)
+class InPlaceTime:
+    """How long an in-place change holds its node: the agent's NVML operations, GPU after GPU, each uniform in
+    [`op_min_s`, `op_max_s`] (a GPU instance and its compute instance are two operations, destroyed or created),
+    then the re-advertise window (lognormal, median `readvertise_s`, shape `readvertise_sigma`): the device plugin
+    restarts on the flipped config label, and no new pod lands on the node until allocatable lists the change.
+    Nobody has measured that window, so it is a parameter (`migctl simulate --readvertise-s`)."""
+
+    readvertise_s: float = DEFAULT_READVERTISE_S
+    readvertise_sigma: float = READVERTISE_SIGMA
+    op_min_s: float = NVML_OP_MIN_S
+    op_max_s: float = NVML_OP_MAX_S
+
+    def __post_init__(self) -> None:
+        values = (self.readvertise_s, self.readvertise_sigma, self.op_min_s, self.op_max_s)
+        if min(values) < 0 or not math.isfinite(sum(values)) or self.op_max_s < self.op_min_s:
+            raise ValueError(f"in-place timing needs non-negative finite values and op_min_s <= op_max_s, got {self}")
+
+    def draw(self, instances: int, rng: np.random.Generator) -> float:
+        """Seconds the node is held for a change that destroys or creates `instances` GPU instances in all."""
+        ops = 2 * instances
+        nvml = float(rng.uniform(self.op_min_s, self.op_max_s, ops).sum()) if ops else 0.0
+        window = self.readvertise_s
+        if self.readvertise_sigma > 0 and window > 0:
+            window *= math.exp(self.readvertise_sigma * float(rng.standard_normal()))
+        return nvml + window
+
+    def describe(self) -> str:
+        return (
+            f"NVML {self.op_min_s:g}-{self.op_max_s:g} s per operation, re-advertise lognormal median "
+            f"{self.readvertise_s:g} s, sigma {self.readvertise_sigma:g}"
         )

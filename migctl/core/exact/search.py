@@ -22,6 +22,7 @@ from migctl.core.exact.model import build, in_scope
 from migctl.core.exact.neighbourhoods import Excess, by_priority, groups_of, part_pods, reach_of
 from migctl.core.exact.solve import AVAILABLE, solve
 from migctl.core.exact.state import _State
+from migctl.core.in_place import around
 from migctl.core.plan import Plan
 from migctl.core.settings import ExactSettings, PlannerSettings
 
@@ -54,7 +55,13 @@ def _solve_part(
 
 
 def _eligible(snapshot: Snapshot, base: Plan, cfg: ExactSettings) -> bool:
-    return cfg.enabled and AVAILABLE and not base.evictions
+    """Whether the solver may run. Not where the in-place path could re-cut a busy GPU: the integer model holds
+    busy GPUs fixed, so its optimum there is not the planner's, and a proof over it would stop the passes early."""
+    return cfg.enabled and AVAILABLE and not base.evictions and not _in_place(snapshot)
+
+
+def _in_place(snapshot: Snapshot) -> bool:
+    return any(around(n, g) is not None for n in snapshot.nodes if n.in_place for g in n.gpus)
 
 
 def whole(

@@ -102,8 +102,11 @@ class Improve(Results):
             for slot in ns.slots:
                 if slot.model is None or not slot.mig or slot.locked or slot.assigned[WHOLE_GPU]:
                     continue
+                if slot.around is not None and slot.changed:
+                    continue  # re-cut in place around instances in use: not a whole GPU's fit; left as it is
                 base = canonical((n, c) for n, c in slot.free.items() if n != WHOLE_GPU and c > 0)
-                b = Bin(box, slot.order, shapes[slot.kind], base, slot.reconfigurable)
+                # a busy GPU of the in-place path keeps its instances: the search sees its free ones only
+                b = Bin(box, slot.order, shapes[slot.kind], base, slot.reconfigurable and slot.around is None)
                 items = [Item(pods[self.assignments[i].pod], d, need) for d, need, i in slot.requests]
                 fit = b.fit(items)
                 if fit is None:

@@ -171,18 +171,28 @@ class Index(PlanState):
             return None
         touched = 0 if slot.node.touched else 1
         if profile == WHOLE_GPU:
+            if slot.around is not None:
+                return None  # instances in use stay: the GPU is never whole
             if slot.changed or slot.assigned.total() or not slot.mig or not slot.node.mode_ok:
                 return None
             return Option(0, 1, touched, 0, True, False)
         if not slot.mig and (not slot.node.mode_ok or slot.assigned):
             return None  # MIG stays off, or the GPU already serves a whole-GPU pod
         comp = self.completions[slot.kind]
-        after = comp.best(canonical(slot.assigned + Counter({profile: 1})))
+        where = slot.around
+        if where is None:
+            after = comp.best(canonical(slot.assigned + Counter({profile: 1})))
+        else:  # in place: the instances in use stay where they are (`Completions.best_around`)
+            after = comp.best_around(where, canonical(slot.assigned + Counter({profile: 1})))
         if after is None:
             return None
         before = 0
         if slot.changed:
-            prev = comp.best(canonical(slot.assigned))
+            prev = (
+                comp.best(canonical(slot.assigned))
+                if where is None
+                else comp.best_around(where, canonical(slot.assigned))
+            )
             before = prev[1] if prev else 0
         return Option(after[1] - before, 0 if slot.changed else 1, 0 if slot.changed else touched, after[2], True, True)
 

@@ -52,6 +52,8 @@ class Planner(Improve):
         for slot in self.slots:
             if slot.reconfigurable and slot.model is not None:
                 offer = slot.model.full_profile.memory_mib
+                if slot.around is not None:  # in place: all but its instances in use
+                    offer -= sum(slot.model.profile(p.profile).memory_mib for p in slot.around[0])
             else:
                 offer = sum(mib * n for mib, n in self._free_mib(slot))
             self.cap_left[slot.kind] += offer

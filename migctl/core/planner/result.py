@@ -31,7 +31,9 @@ class Results(Explain):
                 slot = by_index.get(gpu.index)
                 if slot is not None and slot.changed:
                     if slot.mig:
-                        best = comp.best(canonical(slot.assigned))
+                        done = canonical(slot.assigned)
+                        where = slot.around
+                        best = comp.best(done) if where is None else comp.best_around(where, done)
                         assert best is not None, "the planner only assigns layouts that exist"
                         target = GpuConfig.mig(best[0])
                     else:

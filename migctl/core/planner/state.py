@@ -18,6 +18,7 @@ from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
 from migctl.core.demand import WHOLE_GPU
 from migctl.core.forecast import Forecast, forecast
 from migctl.core.geometry import CanonicalLayout, geometry
+from migctl.core.in_place import Around, around
 from migctl.core.migparted import GpuConfig
 from migctl.core.objective import Cost, Option
 from migctl.core.placement import NodeIndex
@@ -69,6 +70,9 @@ class Slot:
     locked: bool = False  # serves part of a multi-instance pod: the local search leaves it alone
     # heap entries of its free instances at a version, made once and pushed into each of its signatures' heaps
     entries: tuple[int, list[tuple[str, Entry]]] | None = None
+    # a busy GPU the in-place path may re-cut around its instances in use (`migctl/core/in_place.py`); None for
+    # every other GPU, which is reshaped whole (idle) or not at all
+    around: Around | None = None
 
 
 def state_key(slot: Slot) -> tuple[object, ...]:
@@ -80,6 +84,7 @@ def state_key(slot: Slot) -> tuple[object, ...]:
         slot.mig,
         slot.node.touched,
         slot.node.mode_ok,
+        slot.around,
     )
 
 
@@ -184,17 +189,22 @@ class PlanState:
             if node.usage_known and node.gpus:
                 for gpu in node.gpus:
                     cfg = gpu.config
+                    where = None
                     if cfg.mig_enabled:
                         used = Counter(dict(gpu.used or {}))
                         free = Counter(dict(cfg.layout)) - used
                         idle = used.total() == 0
+                        if not idle:  # busy: the in-place path may still re-cut its free part
+                            where = around(node, gpu)
                     else:
                         idle = not gpu.whole_used
                         free = Counter({WHOLE_GPU: 1}) if idle else Counter()
-                    reconf = idle and not frozen and node.model is not None
+                    reconf = (idle or where is not None) and not frozen and node.model is not None
                     if not cfg.mig_enabled and not mode_ok:
                         reconf = False
-                    ns.slots.append(Slot(ns, gpu.index, node.model, kind, cfg, free, reconf, cfg.mig_enabled, order))
+                    slot = Slot(ns, gpu.index, node.model, kind, cfg, free, reconf, cfg.mig_enabled, order)
+                    slot.around = where if reconf else None
+                    ns.slots.append(slot)
                     order += 1
             else:
                 free = Counter({k: v for k, v in node.mig_free.items() if v > 0})

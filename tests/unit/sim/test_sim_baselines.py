@@ -6,8 +6,10 @@ import pytest
 
 from migctl.core.catalog import load_catalog
 from migctl.core.geometry import canonical, geometry
-from migctl.sim.baselines import Hami, Nos
-from migctl.sim.mig import Sim, simulate
+from migctl.sim.mig import Sim
+from migctl.sim.policies.hami import Hami
+from migctl.sim.policies.nos import Nos
+from migctl.sim.run import simulate
 from migctl.sim.scenario import summarize
 from migctl.sim.state import Cluster
 from migctl.sim.workloads import Job, genai_workload

@@ -78,7 +78,7 @@ def test_runs_with_departures_also_plot_queue_and_allocation_over_time(tmp_path:
     assert len(tl.t) == len(tl.queued) == len(tl.running_pct) > 100
     assert max(tl.queued) > 0 and tl.t == sorted(tl.t)
     names = {p.name for p in plot(sc, tmp_path)}
-    assert {"miso-1x4-h100-80gb-r60-queue.png", "miso-1x4-h100-80gb-r60-allocated.png"} <= names
+    assert {"miso-1x4-h100-80gb-r60-a5-queue.png", "miso-1x4-h100-80gb-r60-a5-allocated.png"} <= names
 
 
 def test_config_file_drives_migctls_policies_and_bad_settings_name_their_path(

@@ -7,7 +7,8 @@ import pytest
 from migctl.config import ControllerSettings
 from migctl.core.catalog import load_catalog
 from migctl.core.geometry import canonical, geometry
-from migctl.sim.mig import MIG_POLICIES, simulate
+from migctl.sim.mig import MIG_POLICIES
+from migctl.sim.run import simulate
 from migctl.sim.scenario import summarize
 from migctl.sim.state import Cluster, Placement
 from migctl.sim.workloads import Job

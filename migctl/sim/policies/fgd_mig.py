@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter
 
 from migctl.core.geometry import CanonicalLayout, canonical
-from migctl.sim.baselines import multi, multi_gpu, relayout
 from migctl.sim.mig import Policy, Sim
+from migctl.sim.scheduler import multi, multi_gpu, relayout
 from migctl.sim.state import Cluster, Placement
 
 _Key = tuple[CanonicalLayout, CanonicalLayout]
