@@ -131,9 +131,8 @@ def test_an_instance_allocated_to_a_pod_is_never_touched_while_the_free_part_is_
 ) -> None:
     """(2): a two-GPU in-place A100 node of 1g.5gb x7 each. A running pod `small` holds the 1g.5gb at slice 1 of
     GPU 0 per PodResources; NVML shows no process on it (allocated-but-not-started). Two pending 3g.20gb pods need
-    a re-cut: the idle GPU 1 is re-cut, GPU 0 is left as it is. The instance `small` holds keeps its MIG UUID and
-    placement, and the fake NVML's record of every mutating call never names its span on GPU 0; every pod runs, each
-    on an instance the kubelet could hand it.
+    a re-cut: they run. The instance `small` holds keeps its MIG UUID and placement, and the fake NVML's record of
+    every mutating call never names its span on GPU 0; every pod runs, each on an instance the kubelet could hand it.
     SIMULATED (real_agent.py): the GPUs (fake pynvml), the kubelet (gRPC PodResources), the device plugin (label flip
     -> allocatable). Real: the API server, scheduler, kwok, the controller and the whole agent."""
     seed_configmap(core, namespace)
@@ -145,7 +144,6 @@ def test_an_instance_allocated_to_a_pod_is_never_touched_while_the_free_part_is_
         pods(core, namespace, "1g.5gb", "small")
         all_running(core, namespace, node, "small")
         wait_for("kubelet lists small", lambda: rig.held.get((namespace, "small")) == [("nvidia.com/mig-1g.5gb", held)])
-
         wait_for("the agent publishes small's instance busy", lambda: busy_published(core, node, held))
         with running(ctl):
             big = ("big-1", "big-2")
@@ -160,8 +158,7 @@ def test_an_instance_allocated_to_a_pod_is_never_touched_while_the_free_part_is_
     changed = sorted({m[1] for m in rig.fake.mutations})
     per_gpu = {i: dict(c.layout) for i, c in rig.gpu_configs().items()}
     print(f"GPUs changed by the real agent: {changed}; now {per_gpu}")
-    assert changed == [1]  # the idle GPU re-cut; GPU 0 left as it is (the planner keeps a busy GPU whole)
-    assert per_gpu == {0: SMALL, 1: {"3g.20gb": 2}}
+    assert 1 in changed  # the idle GPU was re-cut (the planner's choice between the two is not asserted)
 
 
 def test_an_agent_killed_between_a_destroy_and_a_create_converges_after_a_restart(
@@ -274,3 +271,33 @@ def test_an_agent_killed_mid_change_and_back_only_after_the_controller_gave_up_r
 
 def allocatable_of(core: client.CoreV1Api, node: str) -> dict[str, str]:
     return dict(core.read_node(node).status.allocatable or {})
+
+
+def test_the_free_part_of_a_busy_gpu_is_recut_around_the_allocated_instance(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    """(2) with the planner's re-cut of busy GPUs: ONE in-place A100 of 1g.5gb x7, the 1g.5gb at slice 1 held by the
+    running pod `small` per PodResources (no NVML process). A pending 3g.20gb pod fits only if the free part of that
+    busy GPU is re-cut. It runs; the held instance keeps its MIG UUID and placement and no mutating NVML call names
+    its span; every mutation happened while the node was tainted.
+    SIMULATED (real_agent.py): the GPUs (fake pynvml), the kubelet (gRPC PodResources), the device plugin (label flip
+    -> allocatable). Real: the API server, scheduler, kwok, the controller and the whole agent."""
+    seed_configmap(core, namespace)
+    node = a100_in_place_node(core, namespace, node_names, "ipf", [GpuConfig.mig(SMALL)])
+    ctl = Controller(in_place_config(namespace), api, identity="a")
+    with real_agent(api, node, [GpuConfig.mig(SMALL)]) as rig, TaintWatch(core, node) as watch:
+        held = rig.pin(namespace, "small", 0, 1)
+        pods(core, namespace, "1g.5gb", "small")
+        all_running(core, namespace, node, "small")
+        wait_for("the agent publishes small's instance busy", lambda: busy_published(core, node, held))
+        with running(ctl):
+            pods(core, namespace, "3g.20gb", "big")
+            all_running(core, namespace, node, "big")
+            wait_for("node settled", lambda: settled(core, node))
+        time.sleep(0.3)
+    print(f"busy GPU re-cut around the held instance: mutations {rig.fake.mutations}; now {rig.fake.instances()}")
+    assert (0, "1g.5gb", 1, 1, held) in rig.fake.instances()  # same instance, same place
+    assert [m for m in rig.fake.mutations if m[2] == (1, 1)] == []  # never destroyed nor moved
+    assert ("3g.20gb", 4) in [(p, s) for _, p, s, _, _ in rig.fake.instances()]
+    assert rig.fake.times and mutated_only_while_tainted(rig, watch) == []
+    assert running_on(core, namespace, "small") == node and rig.unadmitted == set() and rig.lost == set()
