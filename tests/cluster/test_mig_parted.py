@@ -26,7 +26,7 @@ from .mig_parted_check import PREDATES, MigPartedCheck
 
 pytestmark = pytest.mark.cluster
 V0_10 = (0, 10, 0)
-FIXTURE = "tests/fixtures/gpu-operator-a22dbf6-default-mig-parted-config.yaml"
+FIXTURE = "migctl/sim/data/gpu-operator-a22dbf6-default-mig-parted-config.yaml"
 
 
 @pytest.fixture(scope="module")
