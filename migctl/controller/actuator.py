@@ -56,16 +56,12 @@ from migctl.wire import layout as layout_codec
 from migctl.wire.names import (
     BACKOFF_UNTIL,
     FAILURES,
-    LAST_ATTEMPT,
     LAST_CHANGE,
     LAST_ERROR,
     MIG_CONFIG,
     MIG_CONFIG_STATE,
-    PHASE,
-    PHASE_SINCE,
     PLAN_ID,
     ROLLBACK,
-    TARGET,
 )
 
 __all__ = [
@@ -123,24 +119,7 @@ class Actuator(RollbackSteps, InPlaceSteps):
     def start(self, name: str, target: Target, expect: Any) -> str:
         """Begin: one conditional write sets the taint and every annotation. `expect(node)` re-checks that the
         fresh node still looks like what was planned (else NodeChanged: re-plan)."""
-
-        def mutate(node: Obj) -> Obj | None:
-            ann = annotations_of(node)
-            if ann.get(PLAN_ID) == target.plan_id:
-                return None  # our own earlier write went through (its response was lost)
-            if ann.get(PHASE) or any(t.get("key") == self.taint_key for t in taints_of(node)):
-                raise NodeChanged("already being reconfigured")
-            if not expect(node):
-                raise NodeChanged("changed since planning")
-            taints = [*taints_of(node), {"key": self.taint_key, "value": "true", "effect": "NoSchedule"}]
-            now = f"{self.clock():.3f}"
-            annotations = dict.fromkeys(PHASE_ANNOTATIONS)  # clears leftovers of an older change
-            annotations.update({PLAN_ID: target.plan_id, PHASE: DRAINING, PHASE_SINCE: now,
-                                TARGET: target.to_json(), LAST_ATTEMPT: now})  # fmt: skip
-            return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
-
-        self.kube.update_node(name, mutate, what="taint")
-        self.metrics.started.inc()
+        self._begin(name, target, expect, DRAINING)
         self._log(target, name, "tainted %s; reconfiguring to %s", self.taint_key, target.config)
         self.events.emit(
             ev.node_ref(name),

@@ -21,8 +21,8 @@ from migctl.controller.configmap import ConfigMapWriter
 from migctl.controller.events import EventSink
 from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
-from migctl.controller.nodestate import Target
-from migctl.wire.names import MIG_CONFIG, PHASE, PHASE_SINCE, PLAN_ID
+from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target
+from migctl.wire.names import LAST_ATTEMPT, MIG_CONFIG, PHASE, PHASE_SINCE, PLAN_ID, TARGET
 
 log = logging.getLogger("migctl.controller.actuator")
 Hook = Callable[[str, str], None]  # (node or ConfigMap name, step): tests and failpoints stop the process there
@@ -69,6 +69,28 @@ class ActuatorBase:
 
     def _tainted(self, node: Obj) -> bool:
         return any(t.get("key") == self.taint_key for t in taints_of(node))
+
+    def _begin(self, name: str, target: Target, expect: Callable[[Obj], bool], phase: str) -> None:
+        """One conditional write starts a change on either path: the taint and the phase annotations (`phase`,
+        its start, the target), or NodeChanged when the node is already changing or no longer as planned."""
+
+        def mutate(node: Obj) -> Obj | None:
+            ann = annotations_of(node)
+            if ann.get(PLAN_ID) == target.plan_id:
+                return None  # our own earlier write went through (its response was lost)
+            if ann.get(PHASE) or self._tainted(node):
+                raise NodeChanged("already being reconfigured")
+            if not expect(node):
+                raise NodeChanged("changed since planning")
+            taints = [*taints_of(node), {"key": self.taint_key, "value": "true", "effect": "NoSchedule"}]
+            now = f"{self.clock():.3f}"
+            annotations = dict.fromkeys(PHASE_ANNOTATIONS)  # clears leftovers of an older change
+            annotations.update({PLAN_ID: target.plan_id, PHASE: phase, PHASE_SINCE: now,
+                                TARGET: target.to_json(), LAST_ATTEMPT: now})  # fmt: skip
+            return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
+
+        self.kube.update_node(name, mutate, what="taint")
+        self.metrics.started.inc()
 
     def _step(self, node: str, step: str) -> None:
         if self.stop.is_set():

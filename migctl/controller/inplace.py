@@ -24,7 +24,7 @@ from typing import Any
 
 from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
-from migctl.controller.actuator_base import ActuatorBase, NodeChanged, annotations_of, taints_of
+from migctl.controller.actuator_base import ActuatorBase, annotations_of, taints_of
 from migctl.controller.guards import NodeRecord, failure_backoff
 from migctl.controller.nodechecks import allocatable_mismatch, classify_pods
 from migctl.controller.nodestate import (
@@ -44,13 +44,9 @@ from migctl.wire.names import (
     FAILURES,
     IN_PLACE_STATUS,
     IN_PLACE_TARGET,
-    LAST_ATTEMPT,
     LAST_CHANGE,
     LAST_ERROR,
-    PHASE,
-    PHASE_SINCE,
     PLAN_ID,
-    TARGET,
 )
 
 IN_PLACE_STEPS = (
@@ -122,24 +118,7 @@ class InPlaceSteps(ActuatorBase):
 
     def start_in_place(self, name: str, target: Target, expect: Any) -> str:
         """Begin: one conditional write sets the taint and the phase annotations (as `Actuator.start`)."""
-
-        def mutate(node: Obj) -> Obj | None:
-            ann = annotations_of(node)
-            if ann.get(PLAN_ID) == target.plan_id:
-                return None  # our own earlier write went through (its response was lost)
-            if ann.get(PHASE) or any(t.get("key") == self.taint_key for t in taints_of(node)):
-                raise NodeChanged("already being reconfigured")
-            if not expect(node):
-                raise NodeChanged("changed since planning")
-            taints = [*taints_of(node), {"key": self.taint_key, "value": "true", "effect": "NoSchedule"}]
-            now = f"{self.clock():.3f}"
-            annotations = dict.fromkeys(PHASE_ANNOTATIONS)
-            annotations.update({PLAN_ID: target.plan_id, PHASE: ADMITTING, PHASE_SINCE: now,
-                                TARGET: target.to_json(), LAST_ATTEMPT: now})  # fmt: skip
-            return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
-
-        self.kube.update_node(name, mutate, what="taint")
-        self.metrics.started.inc()
+        self._begin(name, target, expect, ADMITTING)
         self._log(target, name, "tainted %s; changing in place to %s", self.taint_key, target.config)
         self.events.emit(
             ev.node_ref(name),

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from migctl.wire.layout import MAX_INSTANCES_PER_GPU
+from migctl.wire.layout import expect_object as _object
 from migctl.wire.values import gpu_index, parse_whole
 from migctl.wire.versions import VERSION, UnknownVersionError
 
@@ -58,14 +59,6 @@ class Status:
     state: State
     message: str = ""
     gpus: Mapping[int, tuple[Held, ...]] = field(default_factory=dict)
-
-
-def _object(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        text = repr(value)
-        shown = text if len(text) <= 60 else text[:57] + "..."
-        raise TypeError(f"{where}: expected an object, got {type(value).__name__} {shown}")
-    return value
 
 
 def _text(value: Any, where: str, *, empty: bool = False) -> str:

@@ -39,7 +39,8 @@ def encode(gpus: Mapping[int, GpuLayout], config: str) -> str:
     return json.dumps({"version": VERSION, "gpus": gpus_doc(gpus), "config": config}, sort_keys=True)
 
 
-def _object(value: Any, where: str) -> Mapping[str, Any]:
+def expect_object(value: Any, where: str) -> Mapping[str, Any]:
+    """`value` if it is a JSON object, else TypeError naming the field (the wire codecs' one check)."""
     if not isinstance(value, Mapping):
         text = repr(value)
         shown = text if len(text) <= 60 else text[:57] + "..."
@@ -51,17 +52,17 @@ def decode(raw: str) -> dict[int, GpuLayout]:
     """The per-GPU layouts of an annotation value (a GPU without `mig` reads as MIG on); ValueError (bad JSON,
     a bad number) or TypeError (a wrong type) naming the field; UnknownVersionError (a ValueError) for a value
     of another version."""
-    data = _object(json.loads(raw), "gpus")
+    data = expect_object(json.loads(raw), "gpus")
     check_version(data, "migctl.io/layout")
     gpus = data.get("gpus")
     out: dict[int, GpuLayout] = {}
-    for idx, raw_gpu in (_object(gpus, "gpus") if gpus is not None else {}).items():
+    for idx, raw_gpu in (expect_object(gpus, "gpus") if gpus is not None else {}).items():
         i = gpu_index(idx)
-        g = _object(raw_gpu, f"gpus[{idx}]")
+        g = expect_object(raw_gpu, f"gpus[{idx}]")
         raw_layout = g.get("layout")
         layout = {
             str(k): parse_whole(v, MAX_INSTANCES_PER_GPU, "an instance count")
-            for k, v in (_object(raw_layout, f"gpus[{idx}].layout") if raw_layout is not None else {}).items()
+            for k, v in (expect_object(raw_layout, f"gpus[{idx}].layout") if raw_layout is not None else {}).items()
         }
         out[i] = GpuLayout(bool(g.get("mig", True)), layout)
     return out
