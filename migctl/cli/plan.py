@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from migctl.adapters.objects import load_objects, snapshot_from_objects
+from migctl.adapters.objects import snapshot_from_objects
+from migctl.cli.inputs import read_input
 from migctl.cli.output import OUTPUT_OPTION, SharedRow, emit_json, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
@@ -25,7 +26,6 @@ from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
 from migctl.core.planner import plan as make_plan
 from migctl.core.settings import PlannerSettings
-from migctl.errors import MigctlError
 
 EXAMPLE = "cluster-snapshot.yaml"
 
@@ -82,19 +82,8 @@ def plan_command(
     settings = cfg.planner.model_copy(update=overrides)
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
     with _kept_for_the_run():
-        if example or snapshot_file:
-            path = example_path() if example else snapshot_file
-            assert path is not None
-            objects = load_objects(path)
-            source = "example" if example else str(path)
-        else:
-            from migctl.adapters.kube import api_client, read_objects
-
-            try:
-                objects = read_objects(api_client(str(kubeconfig) if kubeconfig else None, context), cfg.gpu_operator)
-            except MigctlError as e:
-                fail(str(e))
-            source = "live cluster"
+        path = example_path() if example else snapshot_file
+        objects, source = read_input(path, kubeconfig, context, cfg.gpu_operator, "example" if example else "")
         found = nothing_to_plan(objects)
         if found:
             click.echo(f"warning: {source}: {found}", err=True)

@@ -17,9 +17,10 @@ from typing import Any
 
 import click
 
-from migctl.adapters.objects import load_objects, snapshot_from_objects
+from migctl.adapters.objects import snapshot_from_objects
 from migctl.adapters.pods import meta_of
-from migctl.cli.output import OUTPUT_OPTION, emit_json, fail, table
+from migctl.cli.inputs import read_input
+from migctl.cli.output import OUTPUT_OPTION, emit_json, table
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, read_state
@@ -27,7 +28,6 @@ from migctl.core.catalog import load_catalog
 from migctl.core.cluster import Node, Snapshot
 from migctl.core.geometry import describe
 from migctl.core.migparted import GpuConfig
-from migctl.errors import MigctlError
 from migctl.wire import inplace
 from migctl.wire.names import ACTUATION, GPU_PRODUCT, IN_PLACE, IN_PLACE_STATUS, LAST_ERROR
 
@@ -200,17 +200,7 @@ def status_command(
     reaching), phase and since when, last error. Read-only."""
     cfg = load_config(config_file)
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
-    if snapshot_file is not None:
-        objects = load_objects(snapshot_file)
-        source = str(snapshot_file)
-    else:
-        from migctl.adapters.kube import api_client, read_objects
-
-        try:
-            objects = read_objects(api_client(str(kubeconfig) if kubeconfig else None, context), cfg.gpu_operator)
-        except MigctlError as e:
-            fail(str(e))
-        source = "live cluster"
+    objects, source = read_input(snapshot_file, kubeconfig, context, cfg.gpu_operator)
     snapshot = snapshot_from_objects(objects, catalog, cfg.planner, cfg.gpu_operator, source)
     now = time.time()
     rows = statuses(objects, snapshot, now)

@@ -59,4 +59,5 @@ def test_plan_imports_only_its_own_subcommand_module() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = done.stderr.strip().split("] [")
     assert before == "['migctl.cli.output'"
-    assert after == "'migctl.cli.output', 'migctl.cli.plan', 'migctl.cli.profiles']"  # plan uses --profiles-dir
+    # plan reads its input through inputs.py and uses --profiles-dir
+    assert after == "'migctl.cli.inputs', 'migctl.cli.output', 'migctl.cli.plan', 'migctl.cli.profiles']"

@@ -25,7 +25,8 @@ from migctl.core.settings import GpuOperatorSettings
 from migctl.errors import InputError
 from tests.unit.builders import CATALOG, mig, node
 
-FIXTURE = (Path(__file__).parents[3] / "migctl" / "sim" / "data" / "gpu-operator-a22dbf6-default-mig-parted-config.yaml").read_text()
+DATA = Path(__file__).parents[3] / "migctl" / "sim" / "data"
+FIXTURE = (DATA / "gpu-operator-a22dbf6-default-mig-parted-config.yaml").read_text()
 H100 = DeviceId(0x233010DE, 0x16C010DE)
 OLD = (0, 14, 5)  # the last release before subsystem filters
 
