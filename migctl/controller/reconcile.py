@@ -155,7 +155,8 @@ def frozen_nodes(
     """(refused in-place nodes, every node the planner must leave alone now) with why: refusals and guard rails."""
     refused = refusals(facts, settings)
     records = [NodeRecord.from_annotations(f.name, f.annotations) for f in facts]
-    held = {n: f"guard rail: {why}" for n, why in holds(records, now, settings, in_flight).items()}
+    in_place = {n for n, path in paths(facts, settings).items() if path == IN_PLACE}
+    held = {n: f"guard rail: {why}" for n, why in holds(records, now, settings, in_flight, in_place).items()}
     return refused, {**refused, **held}
 
 
