@@ -13,7 +13,7 @@ from migctl.controller.guards import NodeRecord, holds
 from migctl.controller.reconcile import NodeFacts, frozen_nodes
 from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, LAST_ATTEMPT, LAST_CHANGE
 from tests.unit.controller.test_reconcile import IDLE, controller
-from tests.unit.fake_cluster import FakeCluster, FakeClock
+from tests.unit.fake_cluster import FakeClock, FakeCluster
 from tests.unit.kube_builders import gpu_node, mig_parted, pod
 
 S = ControllerSettings(cooldown_s=300, min_dwell_s=900, in_place_cooldown_s=10, in_place_min_dwell_s=60)
