@@ -73,3 +73,20 @@ def test_a_burst_still_arriving_keeps_its_wasteful_pods_out_of_the_live_controll
     assert c.last_plan is not None
     planned = {a.pod for a in c.last_plan.assignments} | {u.pod for u in c.last_plan.unplaced}
     assert any(p.startswith("ns/big") for p in planned)
+
+
+def _decisions(labels: dict[str, str]) -> list[tuple[str, bool, str]]:
+    """The decisions of the first reconcile (dry run) for one pending 3g.20gb pod on an idle node: the stock
+    batching window is 10 s stable, the in-place one 0."""
+    cluster = FakeCluster([gpu_node("n1", layouts=IDLE, labels=labels), mig_parted(IDLE),
+                           pod("want", {"nvidia.com/mig-3g.20gb": 1})])  # fmt: skip
+    c = controller(cluster, FakeClock(), dry_run=True, batch_stable_s=10, batch_max_s=60)
+    c.reconcile()
+    return c.last_decisions
+
+
+def test_an_in_place_nodes_change_meets_the_in_place_batching_window_not_the_stock_one() -> None:
+    assert _decisions({}) == []  # the stock path waits for its 10 s window
+    assert [(n, start) for n, start, _ in _decisions({ACTUATION: IN_PLACE, DEPLOY_MIG_MANAGER: "false"})] == [
+        ("n1", True)
+    ]
