@@ -167,7 +167,7 @@ class ControllerSettings(BaseModel):
         "being retried in a loop.",
     )
     in_place_min_dwell_s: float = Field(
-        60.0,
+        30.0,
         ge=0,
         description="min_dwell_s of in-place nodes: a layout the agent applied is kept at least this long, so the "
         "node does not flap between layouts on every arrival and departure.",
