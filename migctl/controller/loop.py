@@ -5,10 +5,11 @@ that can change a plan, and a wake-up when the batching window closes. One recon
 arrives meanwhile runs once more afterwards). A reconcile, on the leader only:
   1. resumes every node with a `migctl.io/phase` annotation that no worker drives (restarts, failover) and
      removes a migctl taint left without a phase (hand-edited nodes);
-  2. builds the snapshot (snapshots.py) and freezes the nodes guard rails hold and the in-place nodes it must
-     refuse (reconcile.refusals);
-  3. plans; once demand has settled (batching window), `reconcile.decide` says which node changes start, on which
-     path (mig-manager or in-place); each starts on its own worker thread (dry run: only Events);
+  2. builds the snapshot (snapshots.py) and freezes the nodes guard rails hold (each path's own cooldown and
+     dwell) and the in-place nodes it must refuse (reconcile.refusals); leaves out the wasteful pods of a burst
+     still arriving (reconcile.hold_burst) and looks again when it lands;
+  3. plans; once demand has settled (batching window, one per path), `reconcile.decide` says which node changes
+     start, on which path (mig-manager or in-place); each starts on its own worker thread (dry run: only Events);
   4. publishes metrics and Events (reporting.py).
 The decisions are pure (reconcile.py); this module only watches, leads and executes. Leadership loss sets the
 term's stop flag: every worker stops before its next write.
