@@ -55,6 +55,18 @@ class LeaderElectionSettings(BaseModel):
         return self
 
 
+# The stock guard rail each in-place setting replaces on an in-place node (an in-place change moves no running pod
+# and holds its node for seconds: the stock path's minutes, against flapping between relabels that pause a node,
+# are not its rails).
+IN_PLACE_RAILS: dict[str, str] = {
+    "cooldown_s": "in_place_cooldown_s",
+    "min_dwell_s": "in_place_min_dwell_s",
+    "max_concurrent_nodes": "in_place_max_concurrent_nodes",
+    "batch_stable_s": "in_place_batch_stable_s",
+    "batch_max_s": "in_place_batch_max_s",
+}
+
+
 class ControllerSettings(BaseModel):
     """How `migctl run` behaves on a live cluster. Every default is the safe one (docs/operations.md)."""
 
@@ -147,6 +159,28 @@ class ControllerSettings(BaseModel):
     in_place_max_concurrent_nodes: int = Field(
         2, ge=1, description="In-place nodes changing at once (their own limit: their window is seconds)."
     )
+    in_place_cooldown_s: float = Field(
+        30.0,
+        ge=0,
+        description="cooldown_s of in-place nodes: an in-place change moves no running pod and holds its node for "
+        "seconds, so the stock path's minutes do not apply; this gap only keeps a node that keeps failing from "
+        "being retried in a loop.",
+    )
+    in_place_min_dwell_s: float = Field(
+        30.0,
+        ge=0,
+        description="min_dwell_s of in-place nodes: a layout the agent applied is kept at least this long, so the "
+        "node does not flap between layouts on every arrival and departure.",
+    )
+    in_place_batch_stable_s: float = Field(
+        0.0,
+        ge=0,
+        description="batch_stable_s for plans that change in-place nodes (0: act at once; a burst of pods is held "
+        "whole by the burst rule instead).",
+    )
+    in_place_batch_max_s: float = Field(
+        0.0, ge=0, description="batch_max_s for plans that change in-place nodes (>= in_place_batch_stable_s)."
+    )
     in_place_admission_timeout_s: float = Field(
         30.0,
         ge=0,
@@ -194,6 +228,8 @@ class ControllerSettings(BaseModel):
     def _windows(self) -> ControllerSettings:
         if self.batch_max_s < self.batch_stable_s:
             raise ValueError("batch_max_s must be >= batch_stable_s")
+        if self.in_place_batch_max_s < self.in_place_batch_stable_s:
+            raise ValueError("in_place_batch_max_s must be >= in_place_batch_stable_s")
         if self.failure_backoff_max_s < self.failure_backoff_s:
             raise ValueError("failure_backoff_max_s must be >= failure_backoff_s")
         LabelSelector.parse(self.in_place_node_selector)  # ValueError naming the term
@@ -201,6 +237,11 @@ class ControllerSettings(BaseModel):
             if len(LabelSelector.parse(term).requirements) != 1 or term.strip().startswith("!") or "!=" in term:
                 raise ValueError(f"in_place_conflicts: {term!r}: expected one `key` or `key=value`")
         return self
+
+    def in_place_rails(self) -> ControllerSettings:
+        """These settings as they apply to a node on the in-place path: its own cooldown, dwell, batching window and
+        concurrency under the stock names (`IN_PLACE_RAILS`), so one guard-rail rule serves both paths."""
+        return self.model_copy(update={stock: getattr(self, own) for stock, own in IN_PLACE_RAILS.items()})
 
     @property
     def in_place_selector(self) -> LabelSelector:

@@ -58,22 +58,37 @@ def failure_backoff(failures: int, settings: ControllerSettings) -> float:
 
 
 def holds(
-    records: Iterable[NodeRecord], now: float, settings: ControllerSettings, in_flight: Collection[str] = ()
+    records: Iterable[NodeRecord],
+    now: float,
+    settings: ControllerSettings,
+    in_flight: Collection[str] = (),
+    in_place: Collection[str] = (),
 ) -> dict[str, str]:
-    """node -> why it must not be reconfigured now (absent: it may)."""
+    """node -> why it must not be reconfigured now (absent: it may). Nodes in `in_place` (on the in-place path)
+    meet that path's cooldown and dwell (`in_place_cooldown_s`, `in_place_min_dwell_s`) under the stock names."""
     out: dict[str, str] = {}
+    own = settings.in_place_rails() if in_place else settings
     for r in records:
         if r.name in in_flight or r.phase:
-            out[r.name] = f"migctl is reconfiguring it (phase {r.phase or 'starting'})"
-        elif r.backoff_until is not None and now < r.backoff_until:
-            out[r.name] = f"backing off after {r.failures} failed attempt(s) for {r.backoff_until - now:.0f} s more"
-        elif r.last_attempt is not None and now < r.last_attempt + settings.cooldown_s:
-            out[r.name] = f"cooldown: last attempt {now - r.last_attempt:.0f} s ago (cooldown_s {settings.cooldown_s})"
-        elif r.last_change is not None and now < r.last_change + settings.min_dwell_s:
-            out[r.name] = (
-                f"minimum dwell: layout applied {now - r.last_change:.0f} s ago (min_dwell_s {settings.min_dwell_s})"
-            )
+            why = f"migctl is reconfiguring it (phase {r.phase or 'starting'})"
+        else:
+            why = _hold(r, now, own, "in_place_") if r.name in in_place else _hold(r, now, settings, "")
+        if why:
+            out[r.name] = why
     return out
+
+
+def _hold(r: NodeRecord, now: float, settings: ControllerSettings, prefix: str) -> str:
+    """Why the failure backoff, cooldown or dwell holds this node ("" when none does); `prefix`: the setting's
+    name on the node's path."""
+    if r.backoff_until is not None and now < r.backoff_until:
+        return f"backing off after {r.failures} failed attempt(s) for {r.backoff_until - now:.0f} s more"
+    if r.last_attempt is not None and now < r.last_attempt + settings.cooldown_s:
+        return f"cooldown: last attempt {now - r.last_attempt:.0f} s ago ({prefix}cooldown_s {settings.cooldown_s})"
+    if r.last_change is not None and now < r.last_change + settings.min_dwell_s:
+        dwell = f"{prefix}min_dwell_s {settings.min_dwell_s}"
+        return f"minimum dwell: layout applied {now - r.last_change:.0f} s ago ({dwell})"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ that can change a plan, and a wake-up when the batching window closes. One recon
 arrives meanwhile runs once more afterwards). A reconcile, on the leader only:
   1. resumes every node with a `migctl.io/phase` annotation that no worker drives (restarts, failover) and
      removes a migctl taint left without a phase (hand-edited nodes);
-  2. builds the snapshot (snapshots.py) and freezes the nodes guard rails hold and the in-place nodes it must
-     refuse (reconcile.refusals);
-  3. plans; once demand has settled (batching window), `reconcile.decide` says which node changes start, on which
-     path (mig-manager or in-place); each starts on its own worker thread (dry run: only Events);
+  2. builds the snapshot (snapshots.py) and freezes the nodes guard rails hold (each path's own cooldown and
+     dwell) and the in-place nodes it must refuse (reconcile.refusals); leaves out the wasteful pods of a burst
+     still arriving (reconcile.hold_burst) and looks again when it lands;
+  3. plans; once demand has settled (batching window, one per path), `reconcile.decide` says which node changes
+     start, on which path (mig-manager or in-place); each starts on its own worker thread (dry run: only Events);
   4. publishes metrics and Events (reporting.py).
 The decisions are pure (reconcile.py); this module only watches, leads and executes. Leadership loss sets the
 term's stop flag: every worker stops before its next write.
@@ -42,7 +43,18 @@ from migctl.controller.guards import BatchWindow, EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
 from migctl.controller.nodestate import LeftAlone
-from migctl.controller.reconcile import NodeFacts, Start, decide, freeze, frozen_nodes, reserved_pods, resumptions
+from migctl.controller.reconcile import (
+    MIG_MANAGER,
+    NodeFacts,
+    Start,
+    decide,
+    freeze,
+    frozen_nodes,
+    hold_burst,
+    paths,
+    reserved_pods,
+    resumptions,
+)
 from migctl.controller.reporting import Reporter
 from migctl.controller.snapshots import build_snapshot
 from migctl.core.catalog import Catalog, load_catalog
@@ -100,6 +112,8 @@ class Controller:
         )
         self.conversions = ConversionMemo()  # objects converted by the last reconcile, by uid + resourceVersion
         self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
+        own = self.settings.in_place_rails()
+        self.windows = {MIG_MANAGER: self.window, IN_PLACE: BatchWindow(own.batch_stable_s, own.batch_max_s)}
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.term_stop = threading.Event()
         self.term_stop.set()  # not leading yet
@@ -320,29 +334,36 @@ class Controller:
         )
         refused, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
         snapshot = freeze(snapshot, frozen)
+        snapshot, burst_until = hold_burst(snapshot, now)
+        if burst_until is not None:  # a burst still arriving: look again once it has landed
+            self.trigger(max(0.0, burst_until - now) + 0.01, job_id="burst")
         self.reporter.refused(refused)
         result = self.last_plan = make_plan(snapshot, self.config.planner)
         self.reporter.planned(snapshot, result, time.perf_counter() - started)
         plan_id = "p" + hashlib.sha256(json.dumps(result.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
 
-        # 3. batching window, then the pure decisions (reconcile.py), executed here
+        # 3. batching window (one per path: an in-place node has its own), then the pure decisions (reconcile.py)
         demand = frozenset(p.key for p in snapshot.pending)
-        ready, due = self.window.observe(demand, now)
-        if ready:
+        observed = {path: w.observe(demand, now) for path, w in self.windows.items()}
+        route = paths(facts.values(), self.settings)
+        changing = {route.get(n.name, MIG_MANAGER) for n in result.nodes if n.changed}
+        ready = {path for path in changing if observed[path][0]}
+        if ready or (not changing and observed[MIG_MANAGER][0]):
             for u in result.unplaced:
                 self.reporter.note(u.pod, ev.NOT_PLANNED, f"not planned: {u.reason}")
-        if not any(n.changed for n in result.nodes):
-            return
+        dues = [due for path in changing - ready if (due := observed[path][1]) is not None]
+        if dues:
+            self.trigger(max(0.0, min(dues) - now) + 0.01, job_id="batch")
         if not ready:
-            if due is not None:
-                self.trigger(max(0.0, due - now) + 0.01, job_id="batch")
-            log.debug("plan %s waits for the batching window (demand %d pods)", plan_id, len(demand))
+            if changing:
+                log.debug("plan %s waits for the batching window (demand %d pods)", plan_id, len(demand))
             return
         actions = decide(
             result, plan_id, snapshot, facts, self.settings, now,
             in_flight=in_flight, evictions_last_hour=self.ledger.count(now), paused=paused, protected_pods=opted_out,
             previous_configs={name: f.labels.get(MIG_CONFIG) for name, f in facts.items()},
         )  # fmt: skip
+        actions = [a for a in actions if a.path in ready]  # a path whose window is still open waits
         self.last_plan_id = plan_id
         self.last_decisions = [(a.node, isinstance(a, Start), a.reason) for a in actions]
         self.metrics.held.set(sum(1 for a in actions if not isinstance(a, Start)))

@@ -28,6 +28,7 @@ from migctl.controller.actuator import abandoned
 from migctl.controller.guards import Candidate, Decision, NodeRecord, holds, select
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target, UnreadableError, read_state
 from migctl.core.cluster import Snapshot
+from migctl.core.forecast import burst_hold
 from migctl.core.plan import NodePlan, Plan
 from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, TARGET
 
@@ -155,7 +156,8 @@ def frozen_nodes(
     """(refused in-place nodes, every node the planner must leave alone now) with why: refusals and guard rails."""
     refused = refusals(facts, settings)
     records = [NodeRecord.from_annotations(f.name, f.annotations) for f in facts]
-    held = {n: f"guard rail: {why}" for n, why in holds(records, now, settings, in_flight).items()}
+    in_place = {n for n, path in paths(facts, settings).items() if path == IN_PLACE}
+    held = {n: f"guard rail: {why}" for n, why in holds(records, now, settings, in_flight, in_place).items()}
     return refused, {**refused, **held}
 
 
@@ -168,6 +170,17 @@ def freeze(snapshot: Snapshot, reasons: Mapping[str, str]) -> Snapshot:
         for n in snapshot.nodes
     )
     return dataclasses.replace(snapshot, nodes=nodes)
+
+
+def hold_burst(snapshot: Snapshot, now: float) -> tuple[Snapshot, float | None]:
+    """The snapshot to plan on, and when to look again (None: no burst). While a burst of pods is still arriving
+    (`core/forecast.burst_hold`), its pending pods that would waste much of their instance are left out of
+    planning until it has landed; the simulator applies the same rule at the same point."""
+    burst = burst_hold(snapshot, now)
+    if burst is None:
+        return snapshot, None
+    pods = tuple(p for p in snapshot.pods if p.key not in burst.held)
+    return dataclasses.replace(snapshot, pods=pods), burst.until
 
 
 def _in_place_problem(node_plan: NodePlan, evictions: tuple[str, ...]) -> str:

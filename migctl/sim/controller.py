@@ -319,27 +319,7 @@ class InPlaceController(Controller):
         return self.timing.draw(instances, sim.rng)
 
 
-# The guard rails of a node on the in-place path, by the name of the controller's setting, and the value the
-# simulator takes while the settings model has none: an in-place change moves no running pod and holds its node
-# for seconds, so the stock path's cooldown and minimum dwell (minutes, against flapping between relabels that
-# pause a node) are not its rails; concurrency stays the stock path's.
-IN_PLACE_RAILS: dict[str, tuple[str, float | None]] = {
-    "cooldown_s": ("in_place_cooldown_s", 0.0),
-    "min_dwell_s": ("in_place_min_dwell_s", 0.0),
-    "max_concurrent_nodes": ("in_place_max_concurrent_nodes", None),
-    # the stock batching window (10 s stable, 60 s at most) buys a relabel's worth of demand per pause; a
-    # window of seconds is not worth a minute's wait, and a burst is held whole by the burst rule instead
-    "batch_stable_s": ("in_place_batch_stable_s", 0.0),
-    "batch_max_s": ("in_place_batch_max_s", 0.0),
-}
-
-
 def in_place_rails(settings: ControllerSettings) -> ControllerSettings:
-    """`settings` with the in-place path's guard rails in place of the stock path's (`IN_PLACE_RAILS`), read from
-    the same settings model that `migctl run` reads."""
-    update: dict[str, object] = {}
-    for stock, (name, fallback) in IN_PLACE_RAILS.items():
-        value = getattr(settings, name, fallback)
-        if value is not None:
-            update[stock] = value
-    return settings.model_copy(update=update)
+    """`settings` as they apply to an in-place node (`ControllerSettings.in_place_rails`, the same rule
+    `migctl run` applies to its in-place nodes): every node of `migctl-inplace` is on the in-place path."""
+    return settings.in_place_rails()
