@@ -8,8 +8,10 @@ the value changes); then `migctl.io/in-place-status` answers the plan: applied, 
 GPU of the target now holds. An answered plan id is never applied again.
 
 On start the loop first undoes a change an earlier run left half done (the journal), then rebuilds the last
-applied layout on GPUs that came back empty (a reboot or driver reload), then re-advertises if either changed
-anything. Every write is a merge patch of the agent's own Node.
+applied layout on GPUs that came back empty (a reboot or driver reload); if either changed anything, the first tick
+re-advertises, once, together with the change it applies (if any). Two flips in a row (a -> b -> a) can reach the
+config-manager as no change at all, and the plugin would then advertise neither. Every write is a merge patch of the
+agent's own Node.
 """
 
 from __future__ import annotations
@@ -33,19 +35,29 @@ class InPlaceLoop:
     def __init__(self, kube: AgentApi, node: str, applier: Applier, configs: tuple[str, str]) -> None:
         self.kube, self.node, self.applier, self.configs = kube, node, applier, configs
         self.answered: set[str] = set()
+        self.pending = False  # a re-advertise owed since start (a recovery or rebuild changed the instances)
 
     def start(self) -> list[str]:
         """Undo a half-done change, rebuild after a reboot, re-advertise if either did something."""
         notes = self.applier.recover() + self.applier.rebuild()
         for note in notes:
             log.warning("%s", note)
-        if notes:
-            self.readvertise(self.kube.read_node(self.node))
+        self.pending = self.pending or bool(notes)  # the first tick flips, once, with whatever it applies
         return notes
 
     def tick(self) -> Status | None:
         """Apply the node's target once; the status written, or None when there was nothing to answer."""
         node = self.kube.read_node(self.node)
+        status = self._answer(node)
+        if self.pending:  # owed since start, and not paid by an apply above
+            try:
+                self.readvertise(self.kube.read_node(self.node))
+                self.pending = False
+            except KubeError as e:
+                log.error("node %s: re-advertise after start failed (tried again next tick): %s", self.node, e)
+        return status
+
+    def _answer(self, node: Mapping[str, Any]) -> Status | None:
         annotations: Mapping[str, str] = (node.get("metadata") or {}).get("annotations") or {}
         raw = annotations.get(IN_PLACE_TARGET)
         if not raw:
@@ -87,9 +99,10 @@ class InPlaceLoop:
             result = self.applier.apply(target.gpus)
         except MigctlError as e:  # bad target, kubelet or NVML unreadable, an undo that failed: nothing changed
             return Status(target.plan, "failed", str(e))
-        if result.changed:
+        if result.changed or self.pending:
             try:
                 self.readvertise(self.kube.read_node(self.node))
+                self.pending = False
             except KubeError as e:
                 return self._status(target.plan, result, "failed", f"re-advertise failed: {e}")
         states: dict[int, State] = {OK: "applied", BLOCKED: "blocked"}

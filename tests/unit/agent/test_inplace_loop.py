@@ -155,10 +155,31 @@ def test_start_rebuilds_the_last_applied_layout_after_a_reboot_then_readvertises
     before = [(p, s, z) for p, s, z, _ in rig.fake.layout(0)]
     rig.fake.gpus[0].gis.clear()  # reboot: MIG instances do not survive it
     rig.api.patches.clear()
-    notes = rig.loop().start()
+    loop = rig.loop()
+    notes = loop.start()
     assert notes == ["GPU 0: rebuilt 3 instances of the last applied layout"]
     assert [(p, s, z) for p, s, z, _ in rig.fake.layout(0)] == before
+    assert rig.api.patches == []  # owed, paid by the first tick
+    assert loop.tick() is None  # p1 is answered already
     assert rig.api.patches == [{"metadata": {"labels": {DEVICE_PLUGIN_CONFIG: "migctl-a"}}}]
+    loop.tick()
+    assert len(rig.api.patches) == 1  # paid once
+
+
+def test_a_rebuild_and_the_next_change_share_one_readvertise(rig: Rig) -> None:
+    """A flip for the rebuild and another for the change (a -> b -> a) could reach the device plugin's
+    config-manager as no change at all, and it would advertise neither: the start's flip is paid by the apply's."""
+    rig.api.target("p1", {0: {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 1}})
+    rig.loop().tick()
+    rig.fake.gpus[0].gis.clear()  # reboot
+    rig.api.target("p2", {0: {"3g.20gb": 2}})
+    rig.api.patches.clear()
+    loop = rig.loop()
+    assert loop.start() == ["GPU 0: rebuilt 3 instances of the last applied layout"]
+    status = loop.tick()
+    assert status is not None and status.state == "applied"
+    flips = [p for p in rig.api.patches if "labels" in p["metadata"]]
+    assert flips == [{"metadata": {"labels": {DEVICE_PLUGIN_CONFIG: "migctl-a"}}}]
 
 
 def test_start_with_nothing_to_do_changes_nothing(rig: Rig) -> None:
