@@ -39,14 +39,14 @@ from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.events import EventSink
-from migctl.controller.guards import BatchWindow, EvictionLedger
+from migctl.controller.guards import EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
 from migctl.controller.nodestate import LeftAlone
 from migctl.controller.reconcile import (
-    MIG_MANAGER,
     NodeFacts,
     Start,
+    Windows,
     decide,
     freeze,
     frozen_nodes,
@@ -111,9 +111,7 @@ class Controller:
             stop=self._stop,
         )
         self.conversions = ConversionMemo()  # objects converted by the last reconcile, by uid + resourceVersion
-        self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
-        own = self.settings.in_place_rails()
-        self.windows = {MIG_MANAGER: self.window, IN_PLACE: BatchWindow(own.batch_stable_s, own.batch_max_s)}
+        self.windows = Windows(self.settings)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
         self.term_stop = threading.Event()
         self.term_stop.set()  # not leading yet
@@ -344,18 +342,14 @@ class Controller:
 
         # 3. batching window (one per path: an in-place node has its own), then the pure decisions (reconcile.py)
         demand = frozenset(p.key for p in snapshot.pending)
-        observed = {path: w.observe(demand, now) for path, w in self.windows.items()}
-        route = paths(facts.values(), self.settings)
-        changing = {route.get(n.name, MIG_MANAGER) for n in result.nodes if n.changed}
-        ready = {path for path in changing if observed[path][0]}
-        if ready or (not changing and observed[MIG_MANAGER][0]):
+        ready, due, report = self.windows.observe(result, paths(facts.values(), self.settings), demand, now)
+        if report:
             for u in result.unplaced:
                 self.reporter.note(u.pod, ev.NOT_PLANNED, f"not planned: {u.reason}")
-        dues = [due for path in changing - ready if (due := observed[path][1]) is not None]
-        if dues:
-            self.trigger(max(0.0, min(dues) - now) + 0.01, job_id="batch")
+        if due is not None:
+            self.trigger(max(0.0, due - now) + 0.01, job_id="batch")
         if not ready:
-            if changing:
+            if any(n.changed for n in result.nodes):
                 log.debug("plan %s waits for the batching window (demand %d pods)", plan_id, len(demand))
             return
         actions = decide(

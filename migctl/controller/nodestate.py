@@ -268,3 +268,26 @@ def target_configs(annotations: Mapping[str, Any]) -> set[str]:
     except UnreadableError:
         return set()
     return {c for c in (target.config, target.previous_config) if c}
+
+
+def phase_timeout(phase: str, settings: Any) -> float:
+    """The longest a live controller stays in `phase` before it times out and rolls back."""
+    if phase in IN_PLACE_PHASES:  # each in-place wait is bounded; the longest of them bounds every phase
+        return float(max(settings.in_place_admission_timeout_s, settings.in_place_agent_timeout_s,
+                         settings.in_place_advertise_timeout_s))  # fmt: skip
+    return float(
+        {DRAINING: settings.eviction_timeout_s, VERIFYING: settings.verify_timeout_s}.get(
+            phase, settings.mig_manager_timeout_s
+        )
+    )
+
+
+def abandoned(state: NodeState, now: float, settings: Any) -> bool:
+    """No live controller can still be driving this node: unreadable, or its phase ran past its timeout by more
+    than a poll, a resync and one API call (a live one would have moved it to rolling-back by then)."""
+    if state.foreign:
+        return False  # another migctl version's: never released by this one
+    if state.problem or state.since is None:
+        return True
+    grace = settings.poll_interval_s + settings.resync_interval_s + settings.api_timeout_s
+    return bool(now - state.since > phase_timeout(state.phase, settings) + grace)

@@ -24,9 +24,8 @@ from typing import Any
 
 from migctl.config import ControllerSettings
 from migctl.config.selector import LabelSelector
-from migctl.controller.actuator import abandoned
-from migctl.controller.guards import Candidate, Decision, NodeRecord, holds, select
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target, UnreadableError, read_state
+from migctl.controller.guards import BatchWindow, Candidate, Decision, NodeRecord, holds, select
+from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target, UnreadableError, abandoned, read_state
 from migctl.core.cluster import Snapshot
 from migctl.core.forecast import burst_hold
 from migctl.core.plan import NodePlan, Plan
@@ -181,6 +180,30 @@ def hold_burst(snapshot: Snapshot, now: float) -> tuple[Snapshot, float | None]:
         return snapshot, None
     pods = tuple(p for p in snapshot.pods if p.key not in burst.held)
     return dataclasses.replace(snapshot, pods=pods), burst.until
+
+
+class Windows:
+    """The batching windows, one per path (an in-place node has its own, `in_place_batch_*`): a plan's changes on
+    a path start once that path's pending demand has settled. The controller and the simulator both hold one."""
+
+    def __init__(self, settings: ControllerSettings) -> None:
+        own = settings.in_place_rails()
+        self.by_path = {
+            MIG_MANAGER: BatchWindow(settings.batch_stable_s, settings.batch_max_s),
+            IN_PLACE: BatchWindow(own.batch_stable_s, own.batch_max_s),
+        }
+
+    def observe(
+        self, plan: Plan, route: Mapping[str, str], demand: frozenset[str], now: float
+    ) -> tuple[set[str], float | None, bool]:
+        """(the paths whose changes may start now, when to look again for the others (None: no need), whether
+        the plan is final enough to report the pods it leaves out). Every window sees every reconcile's demand."""
+        observed = {path: w.observe(demand, now) for path, w in self.by_path.items()}
+        changing = {route.get(n.name, MIG_MANAGER) for n in plan.nodes if n.changed}
+        ready = {path for path in changing if observed[path][0]}
+        dues = [due for path in changing - ready if (due := observed[path][1]) is not None]
+        report = bool(ready) or (not changing and observed[MIG_MANAGER][0])
+        return ready, (min(dues) if dues else None), report
 
 
 def _in_place_problem(node_plan: NodePlan, evictions: tuple[str, ...]) -> str:

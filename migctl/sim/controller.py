@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from migctl.config import ControllerSettings
-from migctl.controller.guards import BatchWindow, Candidate, NodeRecord, holds, select
+from migctl.controller.reconcile import NodeFacts, Start, Windows, decide, freeze, frozen_nodes, hold_burst, paths
 from migctl.core.cluster import Gpu, GpuDemand, Instance, Node, Pod, Resources, Snapshot, Taint
-from migctl.core.forecast import burst_hold
 from migctl.core.geometry import CanonicalLayout
 from migctl.core.migparted import GpuConfig
 from migctl.core.plan import Plan
@@ -39,6 +38,7 @@ from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free
 from migctl.sim.state import Placement
 from migctl.sim.timing import InPlaceTime
+from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, LAST_ATTEMPT, LAST_CHANGE
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # trace time 0 as a creationTimestamp
 EPOCH_S = EPOCH.timestamp()
@@ -165,7 +165,7 @@ class Controller(Policy):
     def __init__(self, planner: PlannerSettings | None = None, controller: ControllerSettings | None = None) -> None:
         self.planner = planner or PlannerSettings()
         self.settings = controller or ControllerSettings()
-        self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
+        self.windows = Windows(self.settings)
         self.records: dict[int, _Record] = {}
         self.trigger_at: float | None = None  # debounced reconcile
         self.batch_at: float | None = None  # the batching window closes
@@ -173,6 +173,11 @@ class Controller(Policy):
         self.burst_at: float | None = None  # a burst lands: plan the pods it held
         self.last_plan: Plan | None = None
         self._memo: tuple[object, Plan] | None = None
+
+    @property
+    def rails(self) -> ControllerSettings:
+        """The guard rails of this policy's nodes' path (the in-place path has its own, `in_place_*`)."""
+        return self.settings.in_place_rails() if self.in_place else self.settings
 
     def wake(self, sim: Sim) -> float | None:
         times = [t for t in (self.trigger_at, self.batch_at, self.burst_at) if t is not None]
@@ -184,7 +189,7 @@ class Controller(Policy):
     def _next_resync(self, sim: Sim) -> float | None:
         """The first resync tick (an interval job: multiples of resync_interval_s) at or after the next moment a
         cooldown or minimum dwell ends."""
-        s, now = self.settings, sim.now
+        s, now = self.rails, sim.now
         ends = [
             t
             for r in self.records.values()
@@ -223,19 +228,33 @@ class Controller(Policy):
             self.burst_at = None
         self._reconcile(sim, guarded=True)
 
+    def facts(self, sim: Sim) -> dict[str, NodeFacts]:
+        """Each node as the controller reads its Node object: opted into the in-place path (with the GPU
+        Operator's mig-manager off) or not, the guard rails' annotations as the actuator writes them, and
+        migctl's taint while a change holds it."""
+        labels = {ACTUATION: IN_PLACE, DEPLOY_MIG_MANAGER: "false"} if self.in_place else {}
+        out = {}
+        for n in range(len(sim.cl.by_node)):
+            r = self.records.get(n)
+            notes = {} if r is None else {
+                k: repr(v) for k, v in ((LAST_ATTEMPT, r.last_attempt), (LAST_CHANGE, r.last_change)) if v is not None
+            }  # fmt: skip
+            out[node_name(n)] = NodeFacts(node_name(n), labels, notes, tainted=n in sim.windows)
+        return out
+
     def _reconcile(self, sim: Sim, guarded: bool) -> None:
+        """One reconcile, in the order and with the decisions of the live controller's (`controller/reconcile.py`):
+        guard-rail holds as frozen nodes, the burst rule, the plan, the batching window, `decide`."""
         now, cl = sim.now, sim.cl
-        frozen: dict[int, str] = {}
+        facts = self.facts(sim)
+        in_flight = {node_name(n) for n in sim.windows}
+        snap = snapshot(sim, self.planner.reconfigure_taint, in_place=self.in_place)
         if guarded:
-            in_flight = {node_name(n) for n in sim.windows}
-            recs = [NodeRecord(node_name(n), "", r.last_attempt, r.last_change) for n, r in self.records.items()]
-            held = holds(recs, now, self.settings, in_flight)
-            frozen = {int(k[1:]): f"guard rail: {v}" for k, v in held.items()}
-        snap = snapshot(sim, self.planner.reconfigure_taint, frozen, self.in_place)
-        burst = burst_hold(snap, EPOCH_S + now) if guarded else None
-        if burst is not None:  # a burst still arriving: its wasteful pods wait until it has landed
-            snap = replace(snap, pods=tuple(p for p in snap.pods if p.key not in burst.held))
-            self.burst_at = burst.until - EPOCH_S + 0.01
+            _, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
+            snap = freeze(snap, frozen)
+            snap, until = hold_burst(snap, EPOCH_S + now)
+            if until is not None:  # a burst still arriving: its wasteful pods wait until it has landed
+                self.burst_at = until - EPOCH_S + 0.01
         key = _fingerprint(snap)
         if self._memo is not None and self._memo[0] == key:
             result = self._memo[1]  # the same snapshot as the last reconcile: the pure planner plans the same
@@ -257,28 +276,26 @@ class Controller(Policy):
                 by_node.setdefault(n, []).append(Placement(ji, u))
             elif ji in sim.pending and all(cl.open(gid) and cl.gpus[gid].free[p] > 0 for gid, p in u):
                 sim.start(Placement(ji, u))  # a free instance kube-scheduler would bind it to anyway
-        changed = [n for n in result.nodes if n.changed]
+        changed = {n.name: n for n in result.nodes if n.changed}
         if not changed:
             return
         if guarded:
-            ready, due = self.window.observe(frozenset(p.key for p in snap.pending), now)
+            demand = frozenset(p.key for p in snap.pending)
+            ready, due, _ = self.windows.observe(result, paths(facts.values(), self.settings), demand, now)
             if not ready:
                 self.batch_at = None if due is None else due + 0.01
                 return
-            decisions = select(
-                [Candidate(n.name) for n in changed],
-                active=len(sim.windows),
-                evictions_last_hour=0,
-                settings=self.settings,
-                paused=self.settings.paused,
-            )
-            starts = [d.node for d in decisions if d.start and not self.settings.dry_run]
+            actions = decide(
+                result, "sim", snap, facts, self.settings, now, in_flight=in_flight, evictions_last_hour=0,
+                paused=self.settings.paused, protected_pods=(), previous_configs={},
+            )  # fmt: skip
+            starts = [a.node for a in actions if isinstance(a, Start) and a.path in ready]
+            starts = [] if self.settings.dry_run else starts
         else:
-            starts = [n.name for n in changed]
-        plans = {n.name: n for n in changed}
+            starts = list(changed)
         for name in starts:
             n = int(name[1:])
-            layouts = {cl.by_node[n][g.index]: g.target.layout for g in plans[name].gpus if g.changed}
+            layouts = {cl.by_node[n][g.index]: g.target.layout for g in changed[name].gpus if g.changed}
             mine = [pl for pl in by_node.get(n, []) if pl.job in sim.pending]
             sim.reconfigure(n, layouts, mine, self.window_s(sim, layouts))
             self.records.setdefault(n, _Record())
@@ -310,16 +327,8 @@ class InPlaceController(Controller):
         timing: InPlaceTime | None = None,
     ) -> None:
         super().__init__(planner, controller)
-        self.settings = in_place_rails(self.settings)
-        self.window = BatchWindow(self.settings.batch_stable_s, self.settings.batch_max_s)
         self.timing = timing or InPlaceTime()
 
     def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
         instances = sum(sim.cl.operations(gid, lay) for gid, lay in layouts.items())
         return self.timing.draw(instances, sim.rng)
-
-
-def in_place_rails(settings: ControllerSettings) -> ControllerSettings:
-    """`settings` as they apply to an in-place node (`ControllerSettings.in_place_rails`, the same rule
-    `migctl run` applies to its in-place nodes): every node of `migctl-inplace` is on the in-place path."""
-    return settings.in_place_rails()
