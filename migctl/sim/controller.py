@@ -64,13 +64,15 @@ def job_of(pod_key: str) -> int:
 
 
 def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None) -> Pod:
-    """The pod as the adapter reads it: a VRAM request (or full instances for whole-GPU pods), the need
-    annotation, priority, creation time = arrival, and for a running pod its node and GPU."""
+    """The pod as the adapter reads it after migctl's webhook: its smallest profile by name (full instances for
+    whole-GPU pods), the webhook's need annotation, priority, creation time = arrival, and for a running pod its
+    node and GPU. A pod asks for one profile, so the planner, like kube-scheduler, serves it with that one."""
     job, full = sim.jobs[ji], sim.cl.shapes.full
-    if job.whole:
-        demand = GpuDemand("profile", job.num_gpu, profile=full.name)
-    else:
+    profile = sim.cl.shapes.smallest(job)
+    if profile is None:  # larger than any instance of this model: the webhook finds no profile, nothing serves it
         demand = GpuDemand("vram", job.num_gpu, vram_mib=job.vram_mib)
+    else:
+        demand = GpuDemand("profile", job.num_gpu, profile=profile)
     return Pod(
         NAMESPACE,
         pod_name(ji),
@@ -160,7 +162,6 @@ class Controller(Policy):
     name = "migctl"
     times_itself = True
     in_place = False  # the stock path: every change is a relabel through mig-manager
-    exact = False  # kube-scheduler binds a pod to its smallest profile only (the webhook's rewrite): analysis
 
     def __init__(self, planner: PlannerSettings | None = None, controller: ControllerSettings | None = None) -> None:
         self.planner = planner or PlannerSettings()
@@ -212,7 +213,7 @@ class Controller(Policy):
         if sim.packing:  # the planner places every pod of the round itself, as before the timeline existed
             self._reconcile(sim, guarded=False)
             return
-        bind_free(sim, self.exact)
+        bind_free(sim)
         if sim.real_event and self.trigger_at is None:
             self.trigger_at = now + self.settings.debounce_s
         due = [t for t in (self.trigger_at, self.batch_at, self.resync_at, self.burst_at) if t is not None and t <= now]

@@ -6,9 +6,8 @@ MIG_POLICIES = ("migctl", "migctl-inplace", "static-all-1g", "static-balanced", 
                 "first-fit", "best-fit", "fgd-mig")  # fmt: skip
 CONTINUOUS = ("cont-bestfit", "cont-fgd")
 # What-if variants for analysis, never in the default comparison: `migctl-oracle-start` is migctl started from
-# static-best-mix's layouts at no cost (the cold start solved by an oracle), docs/simulation.md section 4.1;
-# `migctl-webhook` and `migctl-inplace-webhook` bind each pod to its smallest profile only (section 4.3).
-ANALYSIS = ("migctl-oracle-start", "migctl-webhook", "migctl-inplace-webhook")
+# static-best-mix's layouts at no cost (the cold start solved by an oracle), docs/simulation.md section 4.1.
+ANALYSIS = ("migctl-oracle-start",)
 DEFAULT_POLICIES = (*MIG_POLICIES, *CONTINUOUS)
 ALL_POLICIES = (*DEFAULT_POLICIES, *ANALYSIS)
 WORKLOADS = ("openb-slice", "openb", "miso", "genai")

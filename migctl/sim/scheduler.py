@@ -1,6 +1,12 @@
 """What kube-scheduler and the device plugin do without any MIG manager, and the per-GPU re-cut rules the
-simulator's policies share: bind a pending pod to the smallest free instance that covers it, place multi-GPU
-pods on one node, re-cut the free part of a GPU (`relayout`, `option`)."""
+simulator's policies share: bind a pending pod to a free instance of the profile it asks for, place multi-GPU
+pods on one node, re-cut the free part of a GPU (`relayout`, `option`).
+
+Through the stock device plugin a pod asks for one MIG profile by name (`nvidia.com/mig-1g.10gb: 1`), and
+kube-scheduler binds it only where that profile is free: a larger free instance does not serve it. The profile
+is the pod's smallest (`Shapes.smallest`): what migctl's webhook writes for a VRAM request
+(docs/vram-requests.md), and what a user of a static layout or of nos writes. Only the per-pod allocators
+(HAMi, first-fit, best-fit, fgd-mig), which pick the instance themselves, may give a pod a larger one."""
 
 from __future__ import annotations
 
@@ -16,11 +22,9 @@ def multi_gpu(job: Job) -> bool:
     return job.num_gpu > 1 or job.whole
 
 
-def bind_free(sim: Sim, exact: bool = False) -> None:
+def bind_free(sim: Sim) -> None:
     """What kube-scheduler and the device plugin do without any MIG manager: each pending single-GPU pod, in
-    queue order, takes the smallest free instance that covers it on an open GPU (the first such GPU). `exact`:
-    only its smallest profile, as a pod whose VRAM request migctl's webhook has rewritten to that profile asks
-    (docs/vram-requests.md)."""
+    queue order, takes a free instance of its profile on an open GPU (the first such GPU)."""
     cl = sim.cl
     for ji in list(sim.pending):
         job = sim.jobs[ji]
@@ -29,17 +33,12 @@ def bind_free(sim: Sim, exact: bool = False) -> None:
             if pl is not None:
                 sim.start(pl)
             continue
-        best: tuple[int, int, str] | None = None
-        fits = cl.shapes.fitting(job.vram_mib)
-        for p in fits[:1] if exact else fits:
-            for gid, g in enumerate(cl.gpus):
-                if g.free[p] > 0 and cl.open(gid):
-                    best = (cl.shapes.mem[p], gid, p)
-                    break
-            if best is not None:
-                break
-        if best is not None:
-            sim.start(Placement(ji, [(best[1], best[2])]))
+        p = cl.shapes.smallest(job)
+        if p is None:
+            continue
+        gid = next((gid for gid, g in enumerate(cl.gpus) if g.free[p] > 0 and cl.open(gid)), None)
+        if gid is not None:
+            sim.start(Placement(ji, [(gid, p)]))
 
 
 def relayout(cl: Cluster, g: GpuState, p: str, mode: str) -> CanonicalLayout | None:
@@ -55,8 +54,9 @@ def relayout(cl: Cluster, g: GpuState, p: str, mode: str) -> CanonicalLayout | N
 
 
 def option(cl: Cluster, g: GpuState, fits: tuple[str, ...], mode: str) -> tuple[str | None, CanonicalLayout | None]:
-    """Smallest fitting profile this GPU can give: a free instance, or (dynamic modes) a re-cut of free slices."""
-    for p in fits:
+    """Smallest fitting profile this GPU can give: a free instance, or (dynamic modes) a re-cut of free slices.
+    A static layout serves a pod only with its own profile (`fits[0]`: the pod asks for it by name)."""
+    for p in fits[:1] if mode == "static" else fits:
         if g.free[p] > 0:
             return p, None
         if mode != "static":

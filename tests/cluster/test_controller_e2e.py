@@ -49,6 +49,8 @@ def config_for(namespace: str, **controller: Any) -> Config:
         "debounce_s": 0.1,
         "batch_stable_s": 0.3,
         "batch_max_s": 2.0,
+        "in_place_batch_stable_s": 0.3,
+        "in_place_batch_max_s": 2.0,
         "poll_interval_s": 0.1,
         "watch_timeout_s": 5.0,
         "cooldown_s": 0.0,

@@ -74,20 +74,7 @@ REGISTRY: dict[str, Maker] = {
     "best-fit": lambda s: (s.cluster(), Greedy("best-fit")),
     "fgd-mig": lambda s: (s.cluster(), FgdMig(trace_mix(s.shapes, s.jobs))),
     "migctl-oracle-start": lambda s: (s.best_mix(s.cluster()), Controller(s.planner, s.controller)),
-    "migctl-webhook": lambda s: (s.cluster(), exact(Controller(s.planner, s.controller), "migctl-webhook")),
-    "migctl-inplace-webhook": lambda s: (
-        s.cluster(track=True),
-        exact(InPlaceController(s.planner, s.controller, s.in_place), "migctl-inplace-webhook"),
-    ),
 }
-
-
-def exact(policy: Controller, name: str) -> Controller:
-    """`policy` with kube-scheduler binding each pod to its smallest profile only: pods whose VRAM request the
-    webhook rewrote to that profile (an analysis variant, docs/simulation.md §4.3)."""
-    policy.exact = True
-    policy.name = name
-    return policy
 
 
 def make_policy(

@@ -40,7 +40,8 @@ CATALOG = load_catalog()
 
 def controller(cluster: FakeCluster, clock: FakeClock, agent: SimAgent | None, **settings: object) -> Controller:
     cfg = Config.model_validate({"controller": {
-        "batch_stable_s": 0, "batch_max_s": 0, "poll_interval_s": 0.0001, "leader_election": {"enabled": False},
+        "batch_stable_s": 0, "batch_max_s": 0, "in_place_batch_stable_s": 0, "in_place_batch_max_s": 0,
+        "poll_interval_s": 0.0001, "leader_election": {"enabled": False},
         "in_place_agent_timeout_s": 20, "in_place_advertise_timeout_s": 20, "in_place_admission_timeout_s": 20,
         **settings}})  # fmt: skip
     c = Controller(cfg, None, catalog=CATALOG, identity="test", clock=clock, hook=agent,

@@ -80,7 +80,8 @@ def _decisions(labels: dict[str, str]) -> list[tuple[str, bool, str]]:
     batching window is 10 s stable, the in-place one 0."""
     cluster = FakeCluster([gpu_node("n1", layouts=IDLE, labels=labels), mig_parted(IDLE),
                            pod("want", {"nvidia.com/mig-3g.20gb": 1})])  # fmt: skip
-    c = controller(cluster, FakeClock(), dry_run=True, batch_stable_s=10, batch_max_s=60)
+    c = controller(cluster, FakeClock(), dry_run=True, batch_stable_s=10, batch_max_s=60,
+                   in_place_batch_stable_s=0, in_place_batch_max_s=0)  # fmt: skip
     c.reconcile()
     return c.last_decisions
 

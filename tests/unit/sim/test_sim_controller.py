@@ -30,13 +30,15 @@ def _ctl(**kw: float) -> Controller:
 def test_a_pod_arriving_during_a_reconfiguration_waits_for_the_whole_node() -> None:
     # A (70 GiB) needs a GPU re-cut to 7g; B (30 GiB) arrives during that relabel and fits a free 3g.40gb of
     # the *other* GPU. On one node with both GPUs, B waits for the window; on two nodes it starts at once.
+    # (Without pre-shaping: after A alone the forecast would re-cut the idle GPU for more pods like A.)
     jobs = [Job("a", 70 * GIB, arrival=0.0, duration=5000.0), Job("b", 30 * GIB, arrival=20.0, duration=5000.0)]
     timing = ReconfigTime(100.0, 0.0)
-    one = simulate(jobs, [2], H100, _ctl(), reconfig=timing, initial=TWO_3G)
+    ctl = Controller(PlannerSettings(preshape=False), ControllerSettings())
+    one = simulate(jobs, [2], H100, ctl, reconfig=timing, initial=TWO_3G)
     [(_, start, end)] = one.window_log
     assert start < 20.0 < end
     assert one.wait_s[1] == pytest.approx(end - 20.0)  # B landed only when the node's window closed
-    apart = simulate(jobs, [1, 1], H100, _ctl(), reconfig=timing, initial=TWO_3G)
+    apart = simulate(jobs, [1, 1], H100, Controller(PlannerSettings(preshape=False)), reconfig=timing, initial=TWO_3G)
     assert apart.wait_s[1] == 0.0  # B's node is not reconfiguring
 
 

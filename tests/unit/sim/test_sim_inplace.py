@@ -27,13 +27,13 @@ def _inplace(readvertise_s: float) -> InPlaceController:
 
 @pytest.mark.parametrize("readvertise_s", [5.0, 30.0])
 def test_a_pod_arriving_during_the_re_advertise_window_waits_for_it(readvertise_s: float) -> None:
-    # A (15 GiB) needs a 3g.20gb cut in place; B (3 GiB) arrives while the node is held and fits one of the
-    # free 1g.5gb that exist before and after the change: it lands only when the window closes
+    # A (15 GiB) needs a 3g.20gb cut in place; B (15 GiB too) arrives while the node is held, and the change
+    # leaves a second 3g.20gb free beside A's: B lands only when the window closes, with no change of its own
     a = Job("a", 15 * GIB, arrival=0.0, duration=5000.0)
     alone = simulate([a], [1], A100, _inplace(readvertise_s), initial=ALL_1G)
     [(_, start, end)] = alone.window_log
     assert end - start >= readvertise_s  # NVML operations, then the re-advertise window
-    b = Job("b", 3 * GIB, arrival=start + 1.0, duration=5000.0)
+    b = Job("b", 15 * GIB, arrival=start + 1.0, duration=5000.0)
     both = simulate([a, b], [1], A100, _inplace(readvertise_s), initial=ALL_1G)
     assert both.window_log == alone.window_log
     assert both.placed == 2
@@ -73,16 +73,38 @@ def test_a_bursts_wasteful_pod_is_planned_once_the_burst_has_landed(policy: str)
     assert min(w for i, w in enumerate(res.wait_s) if i != big) < 18.0 + BURST_QUIET_S - 15.0
 
 
-def test_with_the_webhooks_rewrite_a_pod_binds_only_to_its_smallest_profile() -> None:
-    # a 3 GiB pod's smallest profile is 1g.5gb; the only free instance is a 3g.20gb
+def test_a_pod_binds_only_to_its_own_profile_and_a_static_layout_serves_it_with_no_other() -> None:
+    # a 3 GiB pod asks for its smallest profile, 1g.5gb (the webhook's rewrite, or its user's choice); the only
+    # free instances are 3g.20gb: kube-scheduler does not bind it there, nor does a static layout's policy
     from migctl.sim.mig import Sim
     from migctl.sim.scheduler import bind_free
     from migctl.sim.state import Cluster
     from migctl.sim.timing import ReconfigTime
 
-    for exact, started in ((True, False), (False, True)):
-        cl = Cluster([1], A100, (("3g.20gb", 2),))
-        sim = Sim([Job("p", 3 * GIB, duration=100.0)], cl, ReconfigTime(), np.random.default_rng(0), packing=False)
-        sim.pending.append(0)
-        bind_free(sim, exact)
-        assert (0 in sim.running) is started
+    cl = Cluster([1], A100, (("3g.20gb", 2),))
+    sim = Sim([Job("p", 3 * GIB, duration=100.0)], cl, ReconfigTime(), np.random.default_rng(0), packing=False)
+    sim.pending.append(0)
+    bind_free(sim)
+    assert 0 not in sim.running
+    static = simulate([Job("p", 3 * GIB, duration=100.0)], [1], A100, "static-balanced")
+    assert static.placed == 1  # static-balanced has a free 1g.5gb
+    assert simulate([Job("p", 3 * GIB, duration=100.0)], [1], A100, "first-fit").placed == 1
+
+
+def test_the_simulator_decides_with_the_controllers_reconcile_and_its_per_path_limits() -> None:
+    # three idle nodes each need a change for their pod. migctl-inplace's nodes are on the in-place path, so
+    # `controller/reconcile.decide` limits them by in_place_max_concurrent_nodes, not by the stock
+    # max_concurrent_nodes, and their batching window is the in-place one
+    jobs = [Job(f"p{i}", 35 * GIB, arrival=0.0, duration=5000.0) for i in range(3)]  # a 7g.40gb each
+
+    def starts(**kw: float) -> list[float]:
+        s = ControllerSettings.model_validate({"in_place_batch_stable_s": 0, "in_place_batch_max_s": 0, **kw})
+        res = simulate(jobs, [1, 1, 1], A100, InPlaceController(controller=s), initial=ALL_1G)
+        return sorted(start for _, start, _ in res.window_log)
+
+    one_at_a_time = starts(max_concurrent_nodes=3, in_place_max_concurrent_nodes=1)
+    assert len(one_at_a_time) == 3 and len(set(one_at_a_time)) == 3
+    together = starts(max_concurrent_nodes=1, in_place_max_concurrent_nodes=3)
+    assert len(together) == 3 and len(set(together)) == 1
+    windowed = starts(in_place_max_concurrent_nodes=3, in_place_batch_stable_s=40, in_place_batch_max_s=60)
+    assert windowed[0] >= together[0] + 40 - 0.1  # the in-place batching window, not the stock 10 s
