@@ -32,7 +32,10 @@ WORKER = """
 import hashlib, json, sys, time
 from bench.instances import scale_instance, subset
 from bench.quality import instances
-from migctl.core.catalog import load_catalog
+try:
+    from migctl.core.hardware.catalog import load_catalog
+except ImportError:  # a revision before the core was grouped by domain (issue 33)
+    from migctl.core.catalog import load_catalog
 from migctl.core.planner import plan
 catalog = load_catalog()
 quality, full = None, None

@@ -23,13 +23,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from migctl.core.cluster import Resources, Snapshot
-from migctl.core.demand import need_mib, profiles_for
 from migctl.core.exact.model import build, in_scope, maximal_layouts, node_models
 from migctl.core.exact.solve import solve as solve_model
-from migctl.core.geometry import CanonicalLayout
-from migctl.core.placement import static_misfit
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.geometry import CanonicalLayout
+from migctl.core.model.cluster import Resources, Snapshot
+from migctl.core.model.demand import need_mib, profiles_for
+from migctl.core.model.placement import static_misfit
+from migctl.core.model.settings import PlannerSettings
 
 __all__ = ["ExactResult", "maximal_layouts", "solve", "supported", "verify"]
 

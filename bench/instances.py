@@ -1,7 +1,7 @@
 """Benchmark instances: seeded random clusters and trace-derived ones, as `Snapshot`s and as kubectl-style JSON.
 
 An `Instance` is a plain description (nodes with per-GPU layouts and in-use instances, pending pods). It renders
-to a `Snapshot` built directly from `migctl.core.cluster` models (`Instance.snapshot`) and to the objects
+to a `Snapshot` built directly from `migctl.core.model.cluster` models (`Instance.snapshot`) and to the objects
 `kubectl get nodes,pods,configmaps -A -o json` would return (`Instance.objects`: Node, Pod and the mig-parted
 ConfigMap `gpu-operator/default-mig-parted-config`), which `migctl.adapters.objects.snapshot_from_objects`
 translates back to an equivalent snapshot (the scale run checks that both give the same plan objective).
@@ -45,11 +45,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from migctl.core.catalog import Catalog, GpuModel
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot, Taint, Toleration
-from migctl.core.geometry import CanonicalLayout, geometry
-from migctl.core.migparted import GpuConfig, config_name, dump_yaml, render
-from migctl.core.naming import resource_name
+from migctl.core.hardware.catalog import Catalog, GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, geometry
+from migctl.core.hardware.naming import resource_name
+from migctl.core.migparted.config import dump_yaml, render
+from migctl.core.model.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot, Taint, Toleration
+from migctl.core.model.gpu_config import GpuConfig, config_name
 
 GIB = 2**30
 MIB = 2**20

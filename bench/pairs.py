@@ -27,9 +27,9 @@ from pathlib import Path
 
 from bench import exact
 from bench.quality import instances, tiers_of
-from migctl.core.catalog import load_catalog
-from migctl.core.cluster import Snapshot
-from migctl.core.plan import Plan
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.plan import Plan
 from migctl.core.planner import plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -42,15 +42,15 @@ from bench.instances import (
     trace_instance,
 )
 from migctl.core.budget import WorkBudget
-from migctl.core.catalog import Catalog, load_catalog
-from migctl.core.cluster import Snapshot
 from migctl.core.exact import forecast_model
 from migctl.core.exact.solve import solve
-from migctl.core.forecast import forecast
-from migctl.core.over_time import for_the_forecast
-from migctl.core.plan import Plan
+from migctl.core.forecast.estimate import forecast
+from migctl.core.forecast.over_time import for_the_forecast
+from migctl.core.hardware.catalog import Catalog, load_catalog
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import ExactSettings, PlannerSettings
 from migctl.core.planner import place, plan
-from migctl.core.settings import ExactSettings, PlannerSettings
 
 HEURISTIC = PlannerSettings(exact=ExactSettings(enabled=False))
 SHARED = PlannerSettings(forecast=False)  # the objective the exact reference proves

@@ -50,17 +50,17 @@ from bench.quality import tiers_of
 from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.config.fallback import FallbackSettings
-from migctl.core.catalog import Catalog, load_catalog
-from migctl.core.cluster import Node, Pod, Snapshot
-from migctl.core.demand import need_mib, profiles_for
-from migctl.core.forecast import forecast
-from migctl.core.migparted import forget_parsed
-from migctl.core.placement import signature, static_misfit
-from migctl.core.plan import Plan
+from migctl.core.forecast.estimate import forecast
+from migctl.core.hardware.catalog import Catalog, load_catalog
+from migctl.core.migparted.config import forget_parsed
+from migctl.core.model.cluster import Node, Pod, Snapshot
+from migctl.core.model.demand import need_mib, profiles_for
+from migctl.core.model.placement import signature, static_misfit
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan
 from migctl.core.planner.passes import Planner
-from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import report
+from migctl.core.vram.fit import report
 from migctl.fallback.capacity import fallback_view
 from migctl.wire.names import VRAM as VRAM_RESOURCE
 
@@ -285,7 +285,7 @@ def without_mig(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def fallback(objects: list[dict[str, Any]], catalog: Catalog) -> dict[str, Any]:
     """The fallback's best fit on the instance without MIG (`without_mig`): the view and the per-GPU fit with
     its report, as `migctl plan` shows it, against `json.loads` of those objects' text, in the same run. The fit
-    reads a few GPUs per pod from lists sorted per placement signature (`core/vram_board.py`), not every GPU."""
+    reads a few GPUs per pod from lists sorted per placement signature (`core/vram/board.py`), not every GPU."""
     objs = without_mig(objects)
     text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
     parse_s, _ = best_of(lambda: json.loads(text), 3)

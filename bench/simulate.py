@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from migctl.core.catalog import load_catalog
+from migctl.core.hardware.catalog import load_catalog
 from migctl.sim.continuous import run_protocol, typical_pods
 from migctl.sim.names import DEFAULT_READVERTISE_S
 from migctl.sim.report import format_table, plot

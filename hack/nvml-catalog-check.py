@@ -21,7 +21,7 @@ from typing import Any
 import pynvml
 
 from migctl.adapters.nvml import NvmlError, NvmlReader
-from migctl.core.catalog import GpuModel, load_catalog
+from migctl.core.hardware.catalog import GpuModel, load_catalog
 
 MIB = 2**20
 

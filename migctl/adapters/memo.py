@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from migctl.core.cluster import Node, Pod
+from migctl.core.model.cluster import Node, Pod
 
 Version = tuple[str, str]  # (uid, resourceVersion)
 

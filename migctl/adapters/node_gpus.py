@@ -15,12 +15,12 @@ from typing import Any
 
 from migctl.adapters.fields import mapping
 from migctl.adapters.pods import meta_of
-from migctl.core import label_values
-from migctl.core.catalog import Card, Catalog, GpuModel
-from migctl.core.cluster import Gpu, Instance, Pod
-from migctl.core.inventory import Inventory, parse_inventory
-from migctl.core.migparted import GpuConfig
-from migctl.core.node_ids import model_by_pci
+from migctl.core.hardware.catalog import Card, Catalog, GpuModel
+from migctl.core.model.cluster import Gpu, Instance, Pod
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.inventory import Inventory, parse_inventory
+from migctl.core.model.node_ids import model_by_pci
+from migctl.core.text import label_values
 from migctl.errors import InputError
 from migctl.wire.names import GPU_COUNT as GFD_COUNT
 from migctl.wire.names import GPU_MEMORY as GFD_MEMORY

@@ -17,18 +17,19 @@ from typing import Any
 from migctl.adapters.fields import mapping, maps, short
 from migctl.adapters.node_gpus import diff, match_model, read_node_gpus, usage_from_inventory, with_instances
 from migctl.adapters.pods import meta_of, quantity_at
-from migctl.core import label_values
-from migctl.core.catalog import Catalog, GpuModel
-from migctl.core.cluster import Gpu, Node, Pod, Resources, Taint
-from migctl.core.geometry import CanonicalLayout, ModelGeometry, geometry
-from migctl.core.label_values import MAX_INSTANCES_PER_POD
-from migctl.core.migparted import GpuConfig, MigPartedConfig
-from migctl.core.migparted_apply import resolve_candidates
-from migctl.core.migparted_rules import NEWEST, DeviceId, Version
-from migctl.core.naming import profile_from_resource
-from migctl.core.node_ids import gpu_ids
-from migctl.core.quantity import parse_quantity, to_count
-from migctl.core.settings import GpuOperatorSettings, PlannerSettings
+from migctl.core.hardware.catalog import Catalog, GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, ModelGeometry, geometry
+from migctl.core.hardware.naming import profile_from_resource
+from migctl.core.migparted.apply import resolve_candidates
+from migctl.core.migparted.config import MigPartedConfig
+from migctl.core.model.cluster import Gpu, Node, Pod, Resources, Taint
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.node_ids import gpu_ids
+from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
+from migctl.core.text import label_values
+from migctl.core.text.label_values import MAX_INSTANCES_PER_POD
+from migctl.core.text.migparted_rules import NEWEST, DeviceId, Version
+from migctl.core.text.quantity import parse_quantity, to_count
 from migctl.errors import InputError
 from migctl.wire import layout as layout_codec
 from migctl.wire.names import (

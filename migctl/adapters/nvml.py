@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from migctl.core.inventory import GpuInfo, Inventory, MigDevice
-from migctl.core.naming import profile_name
+from migctl.core.hardware.naming import profile_name
+from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice
 from migctl.errors import MigctlError
 
 MIB = 2**20

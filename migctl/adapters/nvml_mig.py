@@ -18,7 +18,7 @@ from typing import Any
 import pynvml
 
 from migctl.adapters.nvml import MIB, LiveProfile, NvmlError, NvmlReader, _text
-from migctl.core.inplace import Found
+from migctl.core.inplace.steps import Found
 
 MAX_GPU_INSTANCE_ID = 32  # above any id NVML hands out on an 8- or 12-unit GPU (A100: 1..14)
 MAX_COMPUTE_INSTANCE_ID = 8

@@ -22,10 +22,10 @@ from migctl.adapters.memo import ConversionMemo, NodeOutcome, PodOutcome
 from migctl.adapters.nodes import NodeContext, node_from_object, offers
 from migctl.adapters.pods import Doubts, Shapes, meta_of, pod_from_object
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
-from migctl.core.catalog import Catalog
-from migctl.core.cluster import Pod, Snapshot
-from migctl.core.migparted import parse
-from migctl.core.settings import GpuOperatorSettings, PlannerSettings
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.migparted.config import parse
+from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError
 from migctl.wire.names import (
     FALLBACK_SCHEDULER,

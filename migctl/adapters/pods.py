@@ -1,6 +1,6 @@
 """Pod objects -> planner `Pod`s: effective requests, GPU demand, scheduling constraints, read strictly.
 
-Split from `objects.py` (nodes and the snapshot). Every quantity goes through `core/quantity.py`, every field
+Split from `objects.py` (nodes and the snapshot). Every quantity goes through `core/text/quantity.py`, every field
 through `fields.py`, so a bad pod raises ValueError or TypeError naming the field and the value, and the caller
 turns it into that pod's rejection (or, for a bound pod, into its node's unknown usage).
 """
@@ -17,13 +17,13 @@ from typing import Any
 
 from migctl.adapters.fields import items, mapping, maps, short
 from migctl.adapters.requests import ContainerRequests, effective, read_containers, read_overhead
-from migctl.core import label_values
-from migctl.core.cluster import GpuDemand, Pod, Requirement, Resources, Term, Toleration
-from migctl.core.demand import shared_instances
-from migctl.core.label_values import MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_POD
-from migctl.core.naming import profile_from_resource
-from migctl.core.quantity import MIB, parse_quantity, to_count
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.naming import profile_from_resource
+from migctl.core.model.cluster import GpuDemand, Pod, Requirement, Resources, Term, Toleration
+from migctl.core.model.demand import shared_instances
+from migctl.core.model.settings import PlannerSettings
+from migctl.core.text import label_values
+from migctl.core.text.label_values import MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_POD
+from migctl.core.text.quantity import MIB, parse_quantity, to_count
 from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler
 from migctl.wire.names import WHOLE_GPU_RESOURCE, is_nvidia
 

@@ -6,7 +6,7 @@ of the app containers' sum (sidecars included) and the largest init container, p
 (`core.demand.effective_requests`). The snapshot (`pods.py`), the fallback, the webhook's decision and the
 actuator's drain check all read a container's `resources` here and nowhere else.
 
-Each value is read through the one strict parser (`core/quantity.py`). A value it cannot read is kept apart with
+Each value is read through the one strict parser (`core/text/quantity.py`). A value it cannot read is kept apart with
 why (`ContainerRequests.unreadable`), so each caller decides what it costs: a pending pod is rejected, a bound
 pod's unreadable GPU resource may freeze its node, anything else is a warning on that pod.
 """
@@ -19,9 +19,9 @@ from decimal import Decimal
 from typing import Any
 
 from migctl.adapters.fields import mapping, maps
-from migctl.core.demand import effective_requests
-from migctl.core.quantity import parse_quantity
-from migctl.core.vram_request import ContainerAsk
+from migctl.core.model.demand import effective_requests
+from migctl.core.text.quantity import parse_quantity
+from migctl.core.vram.decide import ContainerAsk
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,7 @@ def holds_any(pod: Mapping[str, Any], resources: Callable[[str], bool]) -> bool:
 
 
 def vram_containers(pod: Mapping[str, Any], resource: str) -> list[ContainerAsk] | None:
-    """A Pod object's containers as the webhook's decision reads them (`core.vram_request.decide`), app
+    """A Pod object's containers as the webhook's decision reads them (`core/vram/decide.decide`), app
     containers first, when any names the VRAM `resource`; None otherwise."""
     asks = vram_asks(pod, resource)
     return asks if any(a.vram_text is not None for a in asks) else None

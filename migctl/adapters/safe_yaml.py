@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from migctl.core.documents import YAML_LOADER as _LOADER
-from migctl.core.documents import json_deeper_than
+from migctl.core.text.documents import YAML_LOADER as _LOADER
+from migctl.core.text.documents import json_deeper_than
 
 MAX_BYTES = 1 << 30  # a kubectl dump of 10,000 nodes and 100,000 pods is a few hundred MB
 MAX_DEPTH = 64  # Kubernetes objects nest about 10 deep

@@ -1,7 +1,7 @@
 """Apply a per-GPU target in place: the engine of `migctl agent apply` and of the agent's in-place loop.
 
 Per GPU it is all or nothing. The instances in use (the kubelet lists the MIG UUID for a pod, NVML lists a process
-on it, or either cannot say) are never destroyed or moved; the steps come from `core/inplace.py`. Before each
+on it, or either cannot say) are never destroyed or moved; the steps come from `core/inplace/steps.py`. Before each
 mutation the journal records it; after each destroy the GPU and the kubelet's allocations are read again. A
 destroy refused with IN_USE is retried with a bounded exponential backoff (tenacity); if it never clears, or a
 create fails, the GPU is rolled back to the instances it had and the journal entry is closed. MIG mode is never
@@ -21,9 +21,9 @@ from migctl.adapters.nvml import NvmlError
 from migctl.adapters.nvml_mig import InstanceInUseError, MigGpu, MigNvml
 from migctl.adapters.podresources import Holder, PodResourcesError
 from migctl.agent.journal import Entry, Journal, LayoutRecord, Spot
-from migctl.core.catalog import Catalog
-from migctl.core.geometry import ModelGeometry, geometry
-from migctl.core.inplace import Found, Op, plan_gpu, restore_ops, target_problem
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.hardware.geometry import ModelGeometry, geometry
+from migctl.core.inplace.steps import Found, Op, plan_gpu, restore_ops, target_problem
 from migctl.errors import InputError, MigctlError, Problem
 
 log = logging.getLogger(__name__)

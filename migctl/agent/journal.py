@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from migctl.core.geometry import Placement
-from migctl.core.inplace import Found
+from migctl.core.hardware.geometry import Placement
+from migctl.core.inplace.steps import Found
 from migctl.errors import MigctlError
 
 JOURNAL = "in-place-journal.json"

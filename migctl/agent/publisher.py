@@ -15,7 +15,7 @@ import logging
 
 from migctl.adapters.kube.errors import ForbiddenError, KubeError, NotFoundError, PermanentError, TransientError
 from migctl.adapters.kube.interface import AgentApi
-from migctl.core.inventory import Inventory
+from migctl.core.model.inventory import Inventory
 from migctl.errors import MigctlError
 from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
 

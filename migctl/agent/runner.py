@@ -17,7 +17,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from migctl.config.agent import AgentSettings
-from migctl.core.inventory import Inventory
+from migctl.core.model.inventory import Inventory
 from migctl.errors import MigctlError
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from migctl.core.documents import YAML_LOADER
+from migctl.core.text.documents import YAML_LOADER
 from migctl.errors import InputError, Problem
 from migctl.wire.values import gpu_index
 

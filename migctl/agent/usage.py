@@ -14,7 +14,7 @@ from typing import Protocol
 
 from migctl.adapters.podresources import Holder, PodResourcesError
 from migctl.agent.runner import Reader
-from migctl.core.inventory import GpuInfo, Inventory, MigDevice
+from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from migctl.config import load_config
-from migctl.core.inventory import Inventory
+from migctl.core.model.inventory import Inventory
 
 
 @click.group("agent", invoke_without_command=True)

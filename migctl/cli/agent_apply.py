@@ -12,7 +12,7 @@ from migctl.adapters.podresources import PodResourcesClient
 from migctl.agent.apply import Applier, Result, Retry
 from migctl.agent.journal import Journal, LayoutRecord
 from migctl.config import Config
-from migctl.core.catalog import load_catalog
+from migctl.core.hardware.catalog import load_catalog
 from migctl.errors import MigctlError
 
 

@@ -11,7 +11,7 @@ import click
 from migctl.cli.output import stop_on_signals
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
-from migctl.core.catalog import load_catalog
+from migctl.core.hardware.catalog import load_catalog
 
 
 @click.command("fallback")

@@ -11,7 +11,7 @@ from typing import Any
 
 from migctl.adapters.objects import load_objects
 from migctl.cli.output import fail
-from migctl.core.settings import GpuOperatorSettings
+from migctl.core.model.settings import GpuOperatorSettings
 from migctl.errors import MigctlError
 
 

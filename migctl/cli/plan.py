@@ -18,14 +18,14 @@ from migctl.cli.output import OUTPUT_OPTION, SharedRow, emit_json, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.config.fallback import FallbackSettings
-from migctl.core.catalog import Catalog, load_catalog
-from migctl.core.cluster import Pod, Snapshot
-from migctl.core.forecast import forecast
-from migctl.core.geometry import describe
-from migctl.core.migparted import GpuConfig
-from migctl.core.plan import Plan
+from migctl.core.forecast.estimate import forecast
+from migctl.core.hardware.catalog import Catalog, load_catalog
+from migctl.core.hardware.geometry import describe
+from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan as make_plan
-from migctl.core.settings import PlannerSettings
 
 EXAMPLE = "cluster-snapshot.yaml"
 
@@ -207,7 +207,7 @@ def fallback_section(
 ) -> dict[str, Any]:
     """Where migctl's fallback scheduler would put pending `schedulerName: migctl` pods, per GPU (from the plan's
     own snapshot when given: the objects are read once)."""
-    from migctl.core.vram_fit import report
+    from migctl.core.vram.fit import report
     from migctl.fallback.capacity import fallback_view
 
     view = fallback_view(objects, catalog, settings, planner, snapshot)
@@ -261,8 +261,8 @@ def vram_requests_section(
     from migctl.adapters.pods import placement_from_object
     from migctl.adapters.requests import vram_containers
     from migctl.config.webhook import WebhookSettings
-    from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
-    from migctl.core.vram_request import VramDecision, decide
+    from migctl.core.vram.decide import VramDecision, decide
+    from migctl.core.vram.offers import OfferIndex, offers_from_snapshot
 
     settings = webhook if isinstance(webhook, WebhookSettings) else WebhookSettings()
     rules = settings.rules(planner)

@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from migctl.cli.output import OUTPUT_OPTION, emit_json, fail, table
-from migctl.core.catalog import Catalog, GpuModel, default_profiles_dir, load_catalog
-from migctl.core.geometry import describe, geometry
-from migctl.core.naming import resource_name
+from migctl.core.hardware.catalog import Catalog, GpuModel, default_profiles_dir, load_catalog
+from migctl.core.hardware.geometry import describe, geometry
+from migctl.core.hardware.naming import resource_name
 
 PROFILES_DIR_OPTION = click.option(
     "--profiles-dir",

@@ -13,7 +13,7 @@ import click
 
 from migctl.cli.output import OUTPUT_OPTION, emit_json, fail
 from migctl.config import load_config
-from migctl.core.catalog import load_catalog
+from migctl.core.hardware.catalog import load_catalog
 from migctl.errors import InputError
 from migctl.sim.names import (
     ALL_POLICIES,

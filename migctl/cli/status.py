@@ -24,10 +24,10 @@ from migctl.cli.output import OUTPUT_OPTION, emit_json, table
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, read_state
-from migctl.core.catalog import load_catalog
-from migctl.core.cluster import Node, Snapshot
-from migctl.core.geometry import describe
-from migctl.core.migparted import GpuConfig
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.hardware.geometry import describe
+from migctl.core.model.cluster import Node, Snapshot
+from migctl.core.model.gpu_config import GpuConfig
 from migctl.wire import inplace
 from migctl.wire.names import ACTUATION, GPU_PRODUCT, IN_PLACE, IN_PLACE_STATUS, LAST_ERROR
 

@@ -31,7 +31,7 @@ def webhook_command(
 ) -> None:
     """Rewrite pods that ask for VRAM (migctl.io/vram) to ask for the MIG profile that serves them best."""
     from migctl.adapters.kube import api_client
-    from migctl.core.catalog import load_catalog
+    from migctl.core.hardware.catalog import load_catalog
     from migctl.webhook.app import Webhook
 
     cfg, settings = load_webhook_config(config_file)

@@ -21,7 +21,7 @@ from migctl.config.agent import AgentSettings
 from migctl.config.fallback import FallbackSettings
 from migctl.config.selector import LabelSelector
 from migctl.config.webhook import WebhookSettings
-from migctl.core.settings import GpuOperatorSettings, PlannerSettings
+from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError, from_validation_error
 from migctl.wire import names
 

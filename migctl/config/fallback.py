@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from migctl.core.quantity import parse_quantity
+from migctl.core.text.quantity import parse_quantity
 from migctl.wire import names
 
 

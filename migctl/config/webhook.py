@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from migctl.core.settings import PlannerSettings
-from migctl.core.vram_request import OPT_OUT_VALUE, VramRules
+from migctl.core.model.settings import PlannerSettings
+from migctl.core.vram.decide import OPT_OUT_VALUE, VramRules
 from migctl.wire.names import WEBHOOK_OPT_OUT as OPT_OUT_KEY
 
 

@@ -36,7 +36,7 @@ from migctl.controller.nodestate import (
     Target,
     wire_layouts,
 )
-from migctl.core.migparted import GpuConfig, config_name
+from migctl.core.model.gpu_config import GpuConfig, config_name
 from migctl.wire import inplace as wire
 from migctl.wire import layout as layout_codec
 from migctl.wire.names import (

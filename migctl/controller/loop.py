@@ -57,8 +57,8 @@ from migctl.controller.reconcile import (
 )
 from migctl.controller.reporting import Reporter
 from migctl.controller.snapshots import build_snapshot
-from migctl.core.catalog import Catalog, load_catalog
-from migctl.core.plan import Plan
+from migctl.core.hardware.catalog import Catalog, load_catalog
+from migctl.core.model.plan import Plan
 from migctl.core.planner import plan as make_plan
 from migctl.wire.names import IN_PLACE, MIG_CONFIG
 

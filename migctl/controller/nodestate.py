@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from migctl.core.migparted import GpuConfig
+from migctl.core.model.gpu_config import GpuConfig
 from migctl.wire import layout
 from migctl.wire.layout import GpuLayout
 from migctl.wire.names import PHASE, PHASE_SINCE, PLAN_ID, ROLLBACK, TARGET

@@ -26,9 +26,9 @@ from migctl.config import ControllerSettings
 from migctl.config.selector import LabelSelector
 from migctl.controller.guards import BatchWindow, Candidate, Decision, NodeRecord, holds, select
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target, UnreadableError, abandoned, read_state
-from migctl.core.cluster import Snapshot
-from migctl.core.forecast import burst_hold
-from migctl.core.plan import NodePlan, Plan
+from migctl.core.forecast.estimate import burst_hold
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.plan import NodePlan, Plan
 from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, TARGET
 
 MIG_MANAGER = "mig-manager"

@@ -13,8 +13,8 @@ from migctl.controller import events as ev
 from migctl.controller.events import EventSink
 from migctl.controller.metrics import Metrics
 from migctl.controller.reconcile import Start
-from migctl.core.cluster import Snapshot
-from migctl.core.plan import Plan
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.plan import Plan
 from migctl.wire.names import IN_PLACE
 
 log = logging.getLogger("migctl.controller.loop")

@@ -13,9 +13,9 @@ from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.config import Config
 from migctl.config.selector import LabelSelector
-from migctl.core.catalog import Catalog
-from migctl.core.cluster import Snapshot
-from migctl.core.settings import GpuOperatorSettings
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.settings import GpuOperatorSettings
 
 log = logging.getLogger("migctl.controller.loop")
 

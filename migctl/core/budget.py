@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from migctl.core.cluster import Snapshot
-from migctl.core.plan import Plan
-from migctl.core.settings import PlannerSettings
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import PlannerSettings
 
 
 @dataclass

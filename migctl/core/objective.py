@@ -5,7 +5,7 @@ Compared lexicographically, smaller is better:
   2. stranded MiB: internal waste of placed pods (instance MiB they do not need) plus the unusable MiB of every GPU
      whose layout changes;
   3. disruption: evictions, then GPUs reconfigured, then nodes touched;
-  4. what stays free serves the demand to come (`migctl/core/spare.py`, the objective over time);
+  4. what stays free serves the demand to come (`migctl/core/forecast/spare.py`, the objective over time);
   5. node name and GPU index (the callers' tie-breaks), so the same snapshot always gives the same plan.
 
 `rank` compares whole plans by 1-3; the greedy passes cost each option of a pod with a `Cost` (2-4, after the
@@ -15,8 +15,8 @@ terms as an integer program, stage by stage in `rank`'s order.
 
 These terms decide the placement (`planner.place`). The objective's forecast term then chooses the layouts of
 the GPUs the placement reshapes, and pre-shapes idle ones, for the demand to come, the pods left where they are
-(`planner.shape`; docs/planning.md, "One objective in two parts"): its greedy is `over_time.py`, its integer
-program `exact/forecast_model.py`, and what a layout serves is `spare.py`'s.
+(`planner.shape`; docs/planning.md, "One objective in two parts"): its greedy is `forecast/over_time.py`, its
+integer program `exact/forecast_model.py`, and what a layout serves is `forecast/spare.py`'s.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from migctl.core.cluster import Snapshot
-from migctl.core.plan import Plan
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.plan import Plan
 
 # (strategy preference, scarce-kind use, stranded MiB, evictions, GPUs reconfigured, nodes touched,
 #  -usefulness of what stays free: forecast demand it serves, `spare.Completions.usefulness`)

@@ -16,7 +16,7 @@ from typing import Any
 
 from migctl.adapters.kube.interface import FallbackApi
 from migctl.config.fallback import FallbackSettings
-from migctl.core.catalog import Catalog
+from migctl.core.hardware.catalog import Catalog
 from migctl.fallback.capacity import node_gpus, node_units
 
 log = logging.getLogger(__name__)

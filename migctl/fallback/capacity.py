@@ -22,13 +22,13 @@ from migctl.adapters.objects import OBJECT_ERRORS, TERMINAL, snapshot_from_objec
 from migctl.adapters.pods import meta_of, pod_from_object
 from migctl.adapters.requests import effective_of, holds_any
 from migctl.config.fallback import FallbackSettings
-from migctl.core import label_values
-from migctl.core.catalog import Catalog
-from migctl.core.cluster import Snapshot
-from migctl.core.quantity import MIB, parse_quantity
-from migctl.core.settings import PlannerSettings
-from migctl.core.vram_board import VramGpu, VramNode
-from migctl.core.vram_fit import VramPod
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.settings import PlannerSettings
+from migctl.core.text import label_values
+from migctl.core.text.quantity import MIB, parse_quantity
+from migctl.core.vram.board import VramGpu, VramNode
+from migctl.core.vram.fit import VramPod
 from migctl.wire.names import GPU_COUNT as GFD_COUNT
 from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION
 from migctl.wire.names import GPU_MEMORY as GFD_MEMORY

@@ -19,9 +19,9 @@ from migctl.adapters.kube import ApiClient, KubeApi
 from migctl.adapters.kube.errors import ConflictError, KubeError, NotFoundError
 from migctl.adapters.kube.interface import FallbackApi
 from migctl.config.fallback import FallbackSettings
-from migctl.core.catalog import Catalog
-from migctl.core.settings import PlannerSettings
-from migctl.core.vram_fit import VramPlacement, fit
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.settings import PlannerSettings
+from migctl.core.vram.fit import VramPlacement, fit
 from migctl.fallback.advertiser import Advertiser
 from migctl.fallback.capacity import fallback_view
 from migctl.wire.values import gpu_placement

@@ -28,12 +28,12 @@ from datetime import UTC, datetime, timedelta
 
 from migctl.config import ControllerSettings
 from migctl.controller.reconcile import NodeFacts, Start, Windows, decide, freeze, frozen_nodes, hold_burst, paths
-from migctl.core.cluster import Gpu, GpuDemand, Instance, Node, Pod, Resources, Snapshot, Taint
-from migctl.core.geometry import CanonicalLayout
-from migctl.core.migparted import GpuConfig
-from migctl.core.plan import Plan
+from migctl.core.hardware.geometry import CanonicalLayout
+from migctl.core.model.cluster import Gpu, GpuDemand, Instance, Node, Pod, Resources, Snapshot, Taint
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan
-from migctl.core.settings import PlannerSettings
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free
 from migctl.sim.state import Placement

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from migctl.core.geometry import CanonicalLayout
+from migctl.core.hardware.geometry import CanonicalLayout
 from migctl.sim.names import MIG_POLICIES
 from migctl.sim.state import Cluster, Placement
 from migctl.sim.timing import NVML_CREATE_S, ReconfigTime

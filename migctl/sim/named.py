@@ -13,9 +13,9 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from migctl.core.catalog import GpuModel
-from migctl.core.geometry import CanonicalLayout, canonical, geometry
-from migctl.core.migparted import MigPartedConfig, parse
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, canonical, geometry
+from migctl.core.migparted.config import MigPartedConfig, parse
 from migctl.sim.shapes import Shapes, all_1g, balanced
 
 CONFIG = Path(__file__).parent / "data" / "gpu-operator-a22dbf6-default-mig-parted-config.yaml"

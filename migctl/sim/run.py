@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from migctl.config import ControllerSettings
-from migctl.core.catalog import GpuModel
-from migctl.core.geometry import CanonicalLayout, canonical
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, canonical
+from migctl.core.model.settings import PlannerSettings
 from migctl.sim.mig import ARRIVE, DEPART, DONE, WAKE, Policy, RunResult, Sample, Sim
 from migctl.sim.policies import make_policy
 from migctl.sim.state import Cluster

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from migctl.config import ControllerSettings
-from migctl.core.catalog import GpuModel
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.model.settings import PlannerSettings
 from migctl.sim.continuous import MILLI, ContinuousSim, resample, typical_pods
 from migctl.sim.mig import RunResult
 from migctl.sim.names import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from migctl.core.geometry import CanonicalLayout, canonical
+from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.sim.mig import Sim
 from migctl.sim.state import Cluster, GpuState, Placement
 from migctl.sim.workloads import Job

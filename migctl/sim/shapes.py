@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from migctl.core.catalog import GpuModel
-from migctl.core.geometry import CanonicalLayout, ModelGeometry, canonical, geometry
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, ModelGeometry, canonical, geometry
 from migctl.sim.workloads import Job
 
 

@@ -10,7 +10,7 @@ Policies must not place on a GPU inside either window (`Cluster.open`); `apply` 
 
 A run of the in-place path (`Cluster(track=True)`) also knows where every instance sits and which job holds it
 (`GpuState.spots`): a busy GPU is re-cut around the instances in use by the same rule the agent applies
-(`migctl.core.in_place.reach`), so an instance in use never moves.
+(`migctl.core.inplace.reach.reach`), so an instance in use never moves.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from migctl.core.catalog import GpuModel
-from migctl.core.geometry import CanonicalLayout, canonical
-from migctl.core.geometry import Placement as Spot
-from migctl.core.in_place import Around, reach
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, canonical
+from migctl.core.hardware.geometry import Placement as Spot
+from migctl.core.inplace.reach import Around, reach
 from migctl.sim.shapes import Shapes
 
 
@@ -36,7 +36,7 @@ class GpuState:
     spots: dict[Spot, int | None] | None = None  # where each instance sits -> job holding it; tracked runs only
 
     def around(self) -> Around:
-        """(in use, free) instances where they sit, sorted by start (`migctl.core.in_place`)."""
+        """(in use, free) instances where they sit, sorted by start (`migctl.core.inplace.reach`)."""
         assert self.spots is not None, "placements are tracked only in runs of the in-place path"
         ordered = sorted(self.spots.items(), key=lambda kv: (kv[0].start, kv[0].profile))
         return tuple(p for p, j in ordered if j is not None), tuple(p for p, j in ordered if j is None)

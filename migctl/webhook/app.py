@@ -16,8 +16,8 @@ from typing import Any
 from migctl.adapters.kube import ApiClient, KubeApi
 from migctl.adapters.kube.errors import KubeError
 from migctl.config.webhook import WebhookSettings
-from migctl.core.catalog import Catalog
-from migctl.core.settings import GpuOperatorSettings, PlannerSettings
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
 from migctl.webhook.admission import review
 from migctl.webhook.certs import CertManager
 from migctl.webhook.events import EventSender

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from migctl.config.webhook import WebhookSettings
-from migctl.core.settings import PlannerSettings
+from migctl.core.model.settings import PlannerSettings
 from migctl.wire.names import MIGCTL, PART_OF, WEBHOOK_NAME
 
 

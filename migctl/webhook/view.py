@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from migctl.adapters.objects import snapshot_from_objects
-from migctl.core.catalog import Catalog
-from migctl.core.settings import GpuOperatorSettings, PlannerSettings
-from migctl.core.vram_offers import OfferIndex, offers_from_snapshot
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
+from migctl.core.vram.offers import OfferIndex, offers_from_snapshot
 
 log = logging.getLogger(__name__)
 

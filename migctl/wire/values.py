@@ -3,7 +3,7 @@
 Label and annotation values (`nvidia.com/gpu.count`, migctl's GPU index, a layout's instance counts) are plain
 non-negative integers in ASCII digits with sane bounds. Anything else raises ValueError naming the value and what
 was expected, so the caller can skip or freeze the one object and say why (never silently read 0).
-`migctl.core.label_values` builds the GFD readers on `parse_whole`.
+`migctl.core.text.label_values` builds the GFD readers on `parse_whole`.
 """
 
 from __future__ import annotations

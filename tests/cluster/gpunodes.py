@@ -16,9 +16,9 @@ from typing import Any
 
 from kubernetes import client
 
-from migctl.core.catalog import Catalog, GpuModel, load_catalog
-from migctl.core.migparted import GpuConfig
-from migctl.core.naming import WHOLE_GPU_RESOURCE, gfd_product, resource_name
+from migctl.core.hardware.catalog import Catalog, GpuModel, load_catalog
+from migctl.core.hardware.naming import WHOLE_GPU_RESOURCE, gfd_product, resource_name
+from migctl.core.model.gpu_config import GpuConfig
 
 from .controlplane import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
 

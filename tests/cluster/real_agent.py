@@ -46,9 +46,9 @@ from migctl.agent.publisher import Publisher
 from migctl.agent.runner import AgentRunner
 from migctl.agent.usage import KubeletAwareReader
 from migctl.config.agent import AgentSettings
-from migctl.core.geometry import geometry
-from migctl.core.migparted import GpuConfig
-from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
+from migctl.core.hardware.geometry import geometry
+from migctl.core.hardware.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
+from migctl.core.model.gpu_config import GpuConfig
 from migctl.wire.names import DEVICE_PLUGIN_CONFIG
 from tests.unit.fake_nvml_mig import AgentKilled, FakeMigNvml, MigGpu
 from tests.unit.fake_podresources import FakeKubelet, serve_kubelet

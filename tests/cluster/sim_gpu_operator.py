@@ -9,7 +9,7 @@ Kubernetes interface (facts: shared/reference/mig-data.md §3-4):
 * it watches Nodes for changes of the label `nvidia.com/mig.config` (and applies the current value when it
   first sees a node, as mig-manager's informer AddFunc does; an empty value is ignored);
 * it reads the named config from the mig-parted ConfigMap (key `config.yaml`), validated with migctl's own
-  parser (`migctl.core.migparted.parse/resolve`) and catalog geometry instead of `nvidia-mig-parted assert
+  parser (`migctl.core.migparted.config.parse/resolve`) and catalog geometry instead of `nvidia-mig-parted assert
   --valid-config` (which checks format only, so this is stricter: impossible layouts fail here at once, where
   the real mig-parted fails later in `apply` with "all orderings failed" — both end in `failed`);
 * state label `nvidia.com/mig.config.state`, in mig-manager's order: invalid config -> `failed` (no
@@ -50,11 +50,12 @@ from typing import Any
 import urllib3
 from kubernetes import client, watch
 
-from migctl.core.catalog import Catalog, GpuModel
-from migctl.core.geometry import geometry
-from migctl.core.migparted import GpuConfig, parse
-from migctl.core.migparted_apply import resolve
-from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
+from migctl.core.hardware.catalog import Catalog, GpuModel
+from migctl.core.hardware.geometry import geometry
+from migctl.core.hardware.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
+from migctl.core.migparted.apply import resolve
+from migctl.core.migparted.config import parse
+from migctl.core.model.gpu_config import GpuConfig
 from migctl.errors import InputError
 
 from .gpunodes import (

@@ -18,7 +18,7 @@ Faults (attributes, changeable while running): `answer` (force `blocked` or `fai
 (nodes whose agent never answers), `plugin_dead` (nodes whose device plugin never re-advertises).
 
 With `busy` ({node: {gpu: {profile: n}}}), the agent also publishes its NVML inventory (`migctl.io/gpus`, the real
-agent's schema: core/inventory.py) with those instances busy, so the planner knows which GPU is in use, and its
+agent's schema: core/model/inventory.py) with those instances busy, so the planner knows which GPU is in use, and its
 blocked check is per GPU. `changed` records every GPU it changed: an in-use GPU must never appear there.
 """
 
@@ -32,10 +32,10 @@ from typing import Any
 
 from kubernetes import client
 
-from migctl.core.geometry import geometry
-from migctl.core.inventory import GpuInfo, Inventory, MigDevice
-from migctl.core.migparted import GpuConfig
-from migctl.core.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from migctl.core.hardware.geometry import geometry
+from migctl.core.hardware.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice
 from migctl.wire import inplace as wire
 from migctl.wire.names import DEVICE_PLUGIN_CONFIG, GPUS, IN_PLACE_STATUS, IN_PLACE_TARGET
 

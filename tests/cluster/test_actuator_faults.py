@@ -18,7 +18,7 @@ from kubernetes import client
 
 from migctl.controller.loop import Controller
 from migctl.controller.nodestate import Target
-from migctl.core.migparted import config_name
+from migctl.core.model.gpu_config import config_name
 
 from .gpunodes import create_gpu_node
 from .sim_gpu_operator import FAILED, SUCCESS

@@ -23,8 +23,8 @@ from kubernetes import client
 from migctl.adapters.kube import Stopped
 from migctl.config import Config
 from migctl.controller.loop import Controller
-from migctl.core.migparted import GpuConfig, config_name
-from migctl.core.naming import resource_name
+from migctl.core.hardware.naming import resource_name
+from migctl.core.model.gpu_config import GpuConfig, config_name
 
 from .gpunodes import create_gpu_node
 from .sim_gpu_operator import FAILED, SUCCESS, SimGpuOperator

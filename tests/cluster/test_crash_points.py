@@ -20,7 +20,7 @@ from kubernetes import client
 
 from migctl.config import Config
 from migctl.controller.loop import Controller
-from migctl.core.migparted import GpuConfig, config_name
+from migctl.core.model.gpu_config import GpuConfig, config_name
 
 from .controller_process import ControllerProcess
 from .controlplane import ControlPlane

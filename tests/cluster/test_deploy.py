@@ -656,7 +656,7 @@ def test_agent_changes_only_its_own_node_with_a_real_bound_token(
             # the real publisher, as the agent runs it, on its own node
             from migctl.adapters.kube import KubeApi
             from migctl.agent.publisher import Publisher, PublishError
-            from migctl.core.inventory import Inventory
+            from migctl.core.model.inventory import Inventory
 
             inventory = Inventory(gpus=())
             as_agent = KubeApi(api, attempts=5, max_wait_s=10.0)  # as `migctl agent` builds it
@@ -720,7 +720,7 @@ def test_fallback_runs_on_its_rights_and_can_change_nothing_else(
     """The real FallbackScheduler, authenticated as the chart's fallback ServiceAccount: it advertises VRAM, binds a
     pod with its GPU annotations (no pod patch), reports an unplaceable one. Pod patches, node relabelling, forged
     node conditions, other capacity, pod IPs and PodScheduled on other schedulers' pods are refused."""
-    from migctl.core.catalog import load_catalog
+    from migctl.core.hardware.catalog import load_catalog
     from migctl.fallback.advertiser import capacity_patch
     from migctl.fallback.scheduler import FallbackScheduler
 

@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client, watch
 
 from migctl.config.fallback import FallbackSettings
-from migctl.core.catalog import load_catalog
-from migctl.core.inventory import GpuInfo, Inventory, MigDevice
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice
 from migctl.fallback.scheduler import FallbackScheduler
 
 from .controlplane import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
@@ -182,7 +182,7 @@ def test_capacity_appears_on_a_non_mig_node_and_follows_the_hardware(
     assert vram(core, t4) == (str(2 * (15109 // 512)), str(2 * (15109 // 512)))
 
     # An H100 node whose agent reports GPU 1 switched to MIG: only GPU 0 counts; both MIG: the resource goes.
-    from migctl.core.migparted import GpuConfig
+    from migctl.core.model.gpu_config import GpuConfig
 
     from .gpunodes import create_gpu_node
 
@@ -306,7 +306,7 @@ def test_agent_inventory_gives_uuids_and_the_cli_runs_a_pass(
     from migctl.adapters.nvml import NvmlReader
     from migctl.agent.publisher import Publisher
     from migctl.cli import cli
-    from migctl.core.migparted import GpuConfig
+    from migctl.core.model.gpu_config import GpuConfig
     from tests.unit.fake_nvml import FakeNvml, h100_no_mig
 
     from .gpunodes import create_gpu_node

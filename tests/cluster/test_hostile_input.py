@@ -145,7 +145,7 @@ def _decided(core: client.CoreV1Api, namespace: str, name: str) -> bool:
 def _snapshot_now(api: client.ApiClient, core: client.CoreV1Api, namespace: str, ctl: Controller) -> Any:
     """The adapter's reading of the test's nodes and pods as the API server has them now."""
     from migctl.adapters.objects import snapshot_from_objects
-    from migctl.core.catalog import load_catalog
+    from migctl.core.hardware.catalog import load_catalog
 
     def plain(obj: Any, kind: str) -> dict[str, Any]:
         return {**api.sanitize_for_serialization(obj), "kind": kind}

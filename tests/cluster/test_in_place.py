@@ -27,7 +27,7 @@ from migctl.adapters.kube import Stopped
 from migctl.config import Config
 from migctl.controller.inplace import IN_PLACE_STEPS
 from migctl.controller.loop import Controller
-from migctl.core.migparted import GpuConfig, config_name
+from migctl.core.model.gpu_config import GpuConfig, config_name
 from migctl.wire import inplace as wire
 from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, DEVICE_PLUGIN_CONFIG, IN_PLACE_STATUS, IN_PLACE_TARGET
 

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from migctl.controller.loop import Controller
-from migctl.core.migparted import GpuConfig
+from migctl.core.model.gpu_config import GpuConfig
 from migctl.wire import inplace as wire
 from migctl.wire.names import (
     ACTUATION,

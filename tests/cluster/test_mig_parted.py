@@ -16,10 +16,11 @@ import time
 import pytest
 from kubernetes import client
 
-from migctl.core.catalog import Catalog, load_catalog
-from migctl.core.geometry import enumerate_layouts
-from migctl.core.migparted import GpuConfig, config_name, parse, render
-from migctl.core.migparted_rules import name_problem
+from migctl.core.hardware.catalog import Catalog, load_catalog
+from migctl.core.hardware.geometry import enumerate_layouts
+from migctl.core.migparted.config import parse, render
+from migctl.core.model.gpu_config import GpuConfig, config_name
+from migctl.core.text.migparted_rules import name_problem
 
 from .conftest import MigPartedAudit
 from .mig_parted_check import PREDATES, MigPartedCheck

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from kubernetes import client
 
 from migctl.cli import cli
-from migctl.core.migparted import GpuConfig
+from migctl.core.model.gpu_config import GpuConfig
 
 from .controlplane import ControlPlane
 from .gpunodes import MIG_CONFIG_LABEL, create_gpu_node

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from migctl.core.migparted import GpuConfig
-from migctl.core.naming import WHOLE_GPU_RESOURCE, resource_name
+from migctl.core.hardware.naming import WHOLE_GPU_RESOURCE, resource_name
+from migctl.core.model.gpu_config import GpuConfig
 
 from .gpunodes import MIG_CONFIG_LABEL, advertised, allocatable, catalog, create_gpu_node
 from .sim_gpu_operator import FAILED, PENDING, SUCCESS, Outcome, SimGpuOperator, wait_for_state

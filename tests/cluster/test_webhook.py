@@ -19,9 +19,9 @@ import pytest
 from kubernetes import client
 
 from migctl.config.webhook import WebhookSettings
-from migctl.core.catalog import load_catalog
-from migctl.core.migparted import GpuConfig
-from migctl.core.vram_request import CHOICE_ANNOTATION, PRODUCT_LABEL
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.vram.decide import CHOICE_ANNOTATION, PRODUCT_LABEL
 from migctl.webhook.app import Webhook
 from migctl.webhook.configuration import webhook_configuration
 from migctl.webhook.events import REASON

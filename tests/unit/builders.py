@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from migctl.core.catalog import load_catalog
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Taint, Toleration
-from migctl.core.migparted import GpuConfig
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.cluster import Gpu, GpuDemand, Node, Pod, Resources, Taint, Toleration
+from migctl.core.model.gpu_config import GpuConfig
 
 CATALOG = load_catalog()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from migctl.core.catalog import Catalog, load_catalog
+from migctl.core.hardware.catalog import Catalog, load_catalog
 
 
 @pytest.fixture(scope="session")

@@ -24,9 +24,9 @@ from typing import Any
 
 from migctl.adapters.kube.errors import ConflictError, NotFoundError
 from migctl.adapters.kube.interface import ControllerApi, ObjectCache, ObjectList
-from migctl.core.migparted import parse
-from migctl.core.migparted_apply import resolve
-from migctl.core.naming import resource_name
+from migctl.core.hardware.naming import resource_name
+from migctl.core.migparted.apply import resolve
+from migctl.core.migparted.config import parse
 
 Obj = dict[str, Any]
 MIG_CONFIG = "nvidia.com/mig.config"

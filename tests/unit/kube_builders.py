@@ -12,8 +12,9 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from migctl.core.migparted import GpuConfig, NodeConfig, config_name, dump_yaml, render
-from migctl.core.naming import resource_name
+from migctl.core.hardware.naming import resource_name
+from migctl.core.migparted.config import dump_yaml, render
+from migctl.core.model.gpu_config import GpuConfig, NodeConfig, config_name
 
 Obj = dict[str, Any]
 _versions = itertools.count(1)

@@ -36,7 +36,7 @@ def test_installed_package_finds_its_own_catalog(wheel: Path, tmp_path: Path) ->
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True
     )
     code = (
-        "from migctl.core.catalog import default_profiles_dir, load_catalog;"
+        "from migctl.core.hardware.catalog import default_profiles_dir, load_catalog;"
         "print(default_profiles_dir()); print(len(load_catalog().models))"
     )
     deps = [p for p in sys.path if "site-packages" in p]  # pydantic, yaml, ... but not the checkout

@@ -24,7 +24,7 @@ from migctl.adapters.kube.errors import (
     TooManyRequestsError,
     translate,
 )
-from migctl.core.settings import GpuOperatorSettings
+from migctl.core.model.settings import GpuOperatorSettings
 from migctl.wire.names import COMPONENT, MANAGED_BY, MIGCTL
 
 log = logging.getLogger(__name__)

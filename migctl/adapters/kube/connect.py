@@ -9,7 +9,7 @@ from kubernetes.client import ApiClient
 
 from migctl.adapters.kube.api import KubeApi
 from migctl.adapters.kube.errors import CredentialsError, KubeError
-from migctl.core.settings import GpuOperatorSettings
+from migctl.core.model.settings import GpuOperatorSettings
 
 __all__ = ["ApiClient", "api_client", "read_objects"]  # ApiClient: what components hand on, never call
 

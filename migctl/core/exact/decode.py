@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from migctl.core.cluster import Pod
-from migctl.core.demand import need_mib
 from migctl.core.exact.model import Model, NodeModel
-from migctl.core.geometry import CanonicalLayout, canonical
-from migctl.core.migparted import GpuConfig
-from migctl.core.plan import Assignment
+from migctl.core.hardware.geometry import CanonicalLayout, canonical
+from migctl.core.model.cluster import Pod
+from migctl.core.model.demand import need_mib
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import Assignment
 
 # (model id, instances a changed GPU serves) -> the planner's best completion, or None
 Complete = Callable[[str, CanonicalLayout], CanonicalLayout | None]

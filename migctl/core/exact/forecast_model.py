@@ -23,17 +23,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from migctl.core.cluster import Pod, Snapshot
-from migctl.core.demand import need_mib
 from migctl.core.exact.model import INF, Model, Stage
 from migctl.core.exact.solve import AVAILABLE, solve
-from migctl.core.forecast import Forecast
-from migctl.core.geometry import CanonicalLayout
-from migctl.core.migparted import GpuConfig
-from migctl.core.over_time import ModelGroup, groups, requests, with_layouts
-from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan
-from migctl.core.settings import PlannerSettings
-from migctl.core.spare import match
+from migctl.core.forecast.estimate import Forecast
+from migctl.core.forecast.over_time import ModelGroup, groups, requests, with_layouts
+from migctl.core.forecast.spare import match
+from migctl.core.hardware.geometry import CanonicalLayout
+from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.demand import need_mib
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import Assignment, GpuPlan, NodePlan, Plan
+from migctl.core.model.settings import PlannerSettings
 
 EIGHTHS = 8
 Reqs = tuple[tuple[tuple[str, ...], int], ...]

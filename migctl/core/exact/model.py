@@ -31,12 +31,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from migctl.core.catalog import GpuModel
-from migctl.core.cluster import Node, Pod, Resources, Snapshot
-from migctl.core.demand import need_mib, profiles_for
-from migctl.core.geometry import CanonicalLayout, ModelGeometry, geometry
-from migctl.core.placement import signature, static_misfit
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, ModelGeometry, geometry
+from migctl.core.model.cluster import Node, Pod, Resources, Snapshot
+from migctl.core.model.demand import need_mib, profiles_for
+from migctl.core.model.placement import signature, static_misfit
+from migctl.core.model.settings import PlannerSettings
 
 INF = math.inf
 

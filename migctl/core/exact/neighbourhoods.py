@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from migctl.core.cluster import Node, Pod
-from migctl.core.demand import need_mib, profiles_for
 from migctl.core.exact.model import class_key, in_scope
 from migctl.core.exact.state import _State
-from migctl.core.geometry import geometry
-from migctl.core.placement import NodeIndex, signature
+from migctl.core.hardware.geometry import geometry
+from migctl.core.model.cluster import Node, Pod
+from migctl.core.model.demand import need_mib, profiles_for
+from migctl.core.model.placement import NodeIndex, signature
 
 
 def part_pods(state: _State, group: set[str], near: dict[str, list[Pod]], pods: dict[str, Pod], cap: int) -> list[Pod]:

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from migctl.core.cluster import Pod, Snapshot
 from migctl.core.exact.decode import Complete, NodeResult, decode, warm_start
 from migctl.core.exact.model import build, in_scope
 from migctl.core.exact.neighbourhoods import Excess, by_priority, groups_of, part_pods, reach_of
 from migctl.core.exact.solve import AVAILABLE, solve
 from migctl.core.exact.state import _State
-from migctl.core.in_place import around
-from migctl.core.plan import Plan
-from migctl.core.settings import ExactSettings, PlannerSettings
+from migctl.core.inplace.reach import around
+from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import ExactSettings, PlannerSettings
 
 Rank = Callable[[Plan, Snapshot], tuple[object, ...]]
 

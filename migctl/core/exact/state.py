@@ -7,11 +7,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from migctl.core.cluster import Node, Pod, Snapshot
 from migctl.core.exact.decode import NodeResult
-from migctl.core.geometry import geometry
-from migctl.core.migparted import GpuConfig
-from migctl.core.plan import Assignment, GpuPlan, NodePlan, Plan, Summary, Unplaced
+from migctl.core.hardware.geometry import geometry
+from migctl.core.model.cluster import Node, Pod, Snapshot
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import Assignment, GpuPlan, NodePlan, Plan, Summary, Unplaced
 
 # (-pods placed per tier, stranded MiB, GPUs changed, nodes changed) of a neighbourhood: smaller is better
 Score = tuple[tuple[int, ...], int, int, int]

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from migctl.core.cluster import Pod
-from migctl.core.demand import WHOLE_GPU
-from migctl.core.plan import Eviction
+from migctl.core.model.cluster import Pod
+from migctl.core.model.demand import WHOLE_GPU
+from migctl.core.model.plan import Eviction
 from migctl.core.planner.greedy import Greedy
 from migctl.core.planner.state import NodeState, Slot
 

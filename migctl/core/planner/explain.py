@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from migctl.core.cluster import Pod
-from migctl.core.demand import WHOLE_GPU
-from migctl.core.placement import tally
-from migctl.core.plan import Unplaced
+from migctl.core.model.cluster import Pod
+from migctl.core.model.demand import WHOLE_GPU
+from migctl.core.model.placement import tally
+from migctl.core.model.plan import Unplaced
 from migctl.core.planner.evictions import Evictions
 from migctl.core.planner.state import NodeState
 

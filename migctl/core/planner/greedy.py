@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from heapq import heappop, heappush
 
 from migctl.core import objective
-from migctl.core.cluster import GpuDemand, Pod, Resources
-from migctl.core.demand import WHOLE_GPU, need_mib
+from migctl.core.model.cluster import GpuDemand, Pod, Resources
+from migctl.core.model.demand import WHOLE_GPU, need_mib
+from migctl.core.model.plan import Assignment
 from migctl.core.objective import NO_COST, Cost, Option, added, existing_cost, with_scarce
-from migctl.core.plan import Assignment
 from migctl.core.planner.index import Index
 from migctl.core.planner.state import Candidate, Entry, ExistingRow, NodeState, Slot
 from migctl.core.planner.strategy import Balance, Scarcity

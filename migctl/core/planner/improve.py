@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from migctl.core.cluster import GpuDemand, Pod
-from migctl.core.demand import WHOLE_GPU, need_mib
-from migctl.core.geometry import canonical
-from migctl.core.plan import Assignment, Plan
+from migctl.core.hardware.geometry import canonical
+from migctl.core.model.cluster import GpuDemand, Pod
+from migctl.core.model.demand import WHOLE_GPU, need_mib
+from migctl.core.model.plan import Assignment, Plan
 from migctl.core.planner.result import Results
 from migctl.core.planner.state import Layout, Slot
 from migctl.core.search import LocalSearch, budgets

@@ -8,11 +8,11 @@ from bisect import bisect_left, insort
 from collections import Counter
 from heapq import heapify, heappush, heapreplace
 
-from migctl.core.cluster import GpuDemand, Pod
-from migctl.core.demand import WHOLE_GPU, need_mib, profiles_for
-from migctl.core.geometry import canonical
+from migctl.core.hardware.geometry import canonical
+from migctl.core.model.cluster import GpuDemand, Pod
+from migctl.core.model.demand import WHOLE_GPU, need_mib, profiles_for
+from migctl.core.model.placement import signature
 from migctl.core.objective import Option
-from migctl.core.placement import signature
 from migctl.core.planner.state import BY_ORDER, Entry, PlanState, Slot, state_key
 
 

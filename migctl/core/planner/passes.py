@@ -10,17 +10,17 @@ from contextlib import contextmanager
 
 from migctl.core import exact
 from migctl.core.budget import WorkBudget
-from migctl.core.cluster import Pod, Snapshot
 from migctl.core.exact import forecast_model
-from migctl.core.forecast import Forecast, forecast
+from migctl.core.forecast.estimate import Forecast, forecast
+from migctl.core.forecast.over_time import for_the_forecast
+from migctl.core.forecast.spare import Completions
+from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import PlannerSettings
 from migctl.core.objective import rank
-from migctl.core.over_time import for_the_forecast
-from migctl.core.plan import Plan
 from migctl.core.planner.improve import Improve
 from migctl.core.planner.strategy import STRATEGIES, Scarcity
 from migctl.core.search.fits import Shapes
-from migctl.core.settings import PlannerSettings
-from migctl.core.spare import Completions
 
 # Extra passes that move pods left out by the best pass to the front of their priority ("squeaky wheel").
 SQUEAKY_ROUNDS = 4

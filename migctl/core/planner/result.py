@@ -3,10 +3,10 @@ assignments, the reasons for pods left out, and the summary the objective ranks.
 
 from __future__ import annotations
 
-from migctl.core.cluster import Pod
-from migctl.core.geometry import canonical
-from migctl.core.migparted import GpuConfig
-from migctl.core.plan import GpuPlan, NodePlan, Plan, Summary, Unplaced
+from migctl.core.hardware.geometry import canonical
+from migctl.core.model.cluster import Pod
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import GpuPlan, NodePlan, Plan, Summary, Unplaced
 from migctl.core.planner.explain import Explain
 
 

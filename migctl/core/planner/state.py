@@ -13,22 +13,22 @@ from dataclasses import dataclass, field
 from itertools import count
 from operator import attrgetter
 
-from migctl.core.catalog import GpuModel
-from migctl.core.cluster import GpuDemand, Node, Pod, Resources, Snapshot
-from migctl.core.demand import WHOLE_GPU
-from migctl.core.forecast import Forecast, forecast
-from migctl.core.geometry import CanonicalLayout, geometry
-from migctl.core.in_place import Around, around
-from migctl.core.migparted import GpuConfig
+from migctl.core.forecast.estimate import Forecast, forecast
+from migctl.core.forecast.spare import Completions
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.hardware.geometry import CanonicalLayout, geometry
+from migctl.core.inplace.reach import Around, around
+from migctl.core.model.cluster import GpuDemand, Node, Pod, Resources, Snapshot
+from migctl.core.model.demand import WHOLE_GPU
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.placement import NodeIndex
+from migctl.core.model.plan import Assignment, Eviction
+from migctl.core.model.settings import PlannerSettings
 from migctl.core.objective import Cost, Option
-from migctl.core.placement import NodeIndex
-from migctl.core.plan import Assignment, Eviction
 from migctl.core.planner.strategy import STRANDED_FIRST, Strategy
 from migctl.core.planner.strategy import strategy as strategy_of
 from migctl.core.search.bins import Bin, Box
 from migctl.core.search.fits import Shapes
-from migctl.core.settings import PlannerSettings
-from migctl.core.spare import Completions
 
 Layout = CanonicalLayout
 # A heap entry of one free existing instance: (-usefulness of what its GPU keeps free, GPU order, sequence number,
@@ -70,7 +70,7 @@ class Slot:
     locked: bool = False  # serves part of a multi-instance pod: the local search leaves it alone
     # heap entries of its free instances at a version, made once and pushed into each of its signatures' heaps
     entries: tuple[int, list[tuple[str, Entry]]] | None = None
-    # a busy GPU the in-place path may re-cut around its instances in use (`migctl/core/in_place.py`); None for
+    # a busy GPU the in-place path may re-cut around its instances in use (`migctl/core/inplace/reach.py`); None for
     # every other GPU, which is reshaped whole (idle) or not at all
     around: Around | None = None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from migctl.core.cluster import Resources
+from migctl.core.model.cluster import Resources
 from migctl.core.search import budgets
 from migctl.core.search.bins import Bin, Box, Draft, Item
 from migctl.core.search.state import SearchState

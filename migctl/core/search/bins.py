@@ -12,11 +12,11 @@ from bisect import insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from migctl.core.cluster import GpuDemand, Pod, Resources
-from migctl.core.demand import need_mib
-from migctl.core.geometry import CanonicalLayout
+from migctl.core.hardware.geometry import CanonicalLayout
+from migctl.core.model.cluster import GpuDemand, Pod, Resources
+from migctl.core.model.demand import need_mib
+from migctl.core.model.placement import signature
 from migctl.core.objective import stranded_mib as stranded
-from migctl.core.placement import signature
 from migctl.core.search.fits import Fit, Req, Shapes
 
 

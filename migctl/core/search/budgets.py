@@ -2,7 +2,7 @@
 at), never seconds, so the same snapshot gives the same plan on any machine.
 
 The planner's passes have their own budget (`migctl/core/budget.py`, `planner.work_budget`), and so does the exact
-solver (`ExactSettings` in `migctl/core/settings.py`). The figures below were chosen on the benchmark instances
+solver (`ExactSettings` in `migctl/core/model/settings.py`). The figures below were chosen on the benchmark instances
 (docs/benchmarks.md); code reads them through this module (`budgets.X`), so a test can lower one.
 """
 

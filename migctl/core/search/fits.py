@@ -11,8 +11,8 @@ forecast: the plan's targets are the best completions of what the search assigns
 
 from __future__ import annotations
 
-from migctl.core.cluster import GpuDemand
-from migctl.core.geometry import CanonicalLayout, ModelGeometry
+from migctl.core.hardware.geometry import CanonicalLayout, ModelGeometry
+from migctl.core.model.cluster import GpuDemand
 from migctl.core.objective import fit_cost
 
 # ("p", profile) for an exact profile, ("v", MiB) for a VRAM request rounded up to an instance size.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Sequence
 
-from migctl.core.demand import need_mib
+from migctl.core.model.demand import need_mib
 from migctl.core.objective import Stranding, stranding
 from migctl.core.search import budgets
 from migctl.core.search.bins import Bin, Box, Item, held_mib, stranded_mib

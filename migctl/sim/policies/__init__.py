@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from migctl.config import ControllerSettings
-from migctl.core.catalog import GpuModel
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.catalog import GpuModel
+from migctl.core.model.settings import PlannerSettings
 from migctl.sim.controller import Controller, InPlaceController
 from migctl.sim.mig import Policy
 from migctl.sim.named import static_layout

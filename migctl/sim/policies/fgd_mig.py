@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from migctl.core.geometry import CanonicalLayout, canonical
+from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import multi, multi_gpu, relayout
 from migctl.sim.state import Cluster, Placement

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from migctl.core.geometry import CanonicalLayout
+from migctl.core.hardware.geometry import CanonicalLayout
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import multi, multi_gpu, option
 from migctl.sim.state import Placement

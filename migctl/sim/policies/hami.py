@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from migctl.core.geometry import CanonicalLayout, canonical
+from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import multi_gpu
 from migctl.sim.state import Cluster, Placement

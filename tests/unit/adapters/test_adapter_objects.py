@@ -13,8 +13,8 @@ import yaml
 from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.adapters.pods import pod_from_object
 from migctl.cli.plan import example_path
-from migctl.core.catalog import Catalog
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.settings import PlannerSettings
 from migctl.errors import InputError
 
 EXAMPLE = load_objects(example_path())

@@ -10,7 +10,7 @@ import pytest
 
 import migctl.adapters.nvml as nvml_module
 from migctl.adapters.nvml import NvmlError, NvmlReader
-from migctl.core.catalog import Catalog
+from migctl.core.hardware.catalog import Catalog
 from tests.unit.fake_nvml import FakeNvml, a100_mig, h100_no_mig, h200_no_mig, t4
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.cli.plan import example_path
-from migctl.core.catalog import Catalog
-from migctl.core.cluster import Node, Snapshot
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.cluster import Node, Snapshot
 
 BASE = load_objects(example_path())
 NODE, POD = "a100-node-1", "research/notebook-0"  # the pod runs there and holds a 1g.5gb

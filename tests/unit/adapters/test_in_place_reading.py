@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from migctl.core.catalog import Catalog
-from migctl.core.cluster import Instance
-from migctl.core.inventory import Inventory
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.cluster import Instance
+from migctl.core.model.inventory import Inventory
 from tests.unit.adapters.test_inventory_adapter import _a100, _find, _snap, _with_inventory
 
 

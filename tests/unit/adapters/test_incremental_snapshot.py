@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import snapshot_from_objects
-from migctl.core.catalog import Catalog, load_catalog
+from migctl.core.hardware.catalog import Catalog, load_catalog
 from tests.unit.kube_builders import Obj, bumped, gpu_node, mig_parted, pod
 
 CATALOG: Catalog = load_catalog()

@@ -7,9 +7,9 @@ from typing import Any
 
 from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.cli.plan import example_path
-from migctl.core.catalog import Catalog
-from migctl.core.cluster import Node
-from migctl.core.inventory import GpuInfo, Inventory, MigDevice
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.cluster import Node
+from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice
 
 EXAMPLE = load_objects(example_path())
 # all-balanced on an A100-40GB: 2g.10gb at 0, 1g.5gb at 2 and 3, 3g.20gb at 4.

@@ -16,10 +16,10 @@ from migctl.cli.plan import example_path
 from migctl.config import Config
 from migctl.config.webhook import WebhookSettings
 from migctl.controller.loop import Controller
-from migctl.core.catalog import load_catalog
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan
-from migctl.core.settings import PlannerSettings
-from migctl.core.vram_request import offers_from_snapshot
+from migctl.core.vram.decide import offers_from_snapshot
 from migctl.webhook.admission import review
 
 CATALOG = load_catalog()
@@ -143,7 +143,7 @@ def test_the_budget_counts_work_not_time_and_says_when_it_cut_planning_short() -
 
 
 def test_an_inventory_annotation_with_too_many_gpus_is_ignored_with_a_warning() -> None:
-    from migctl.core.inventory import INVENTORY_ANNOTATION
+    from migctl.core.model.inventory import INVENTORY_ANNOTATION
 
     gpu = {"index": 0, "uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "mig_capable": True,
            "mig_enabled": False, "mig_pending": False, "busy": False}  # fmt: skip

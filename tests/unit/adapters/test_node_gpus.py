@@ -8,7 +8,7 @@ import pytest
 
 from migctl.adapters.node_gpus import match_model, read_node_gpus
 from migctl.adapters.objects import snapshot_from_objects
-from migctl.core.catalog import Catalog
+from migctl.core.hardware.catalog import Catalog
 from migctl.fallback.capacity import node_gpus
 
 

@@ -11,8 +11,8 @@ import pytest
 from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.adapters.pods import Shapes, pod_from_object
 from migctl.cli.plan import example_path
-from migctl.core.catalog import Catalog
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.settings import PlannerSettings
 from tests.unit.kube_builders import gpu_node, pod
 
 SETTINGS = PlannerSettings()

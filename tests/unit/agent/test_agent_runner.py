@@ -23,7 +23,7 @@ from migctl.agent.publisher import Publisher, PublishError
 from migctl.agent.runner import AgentRunner, serve_health
 from migctl.cli import cli
 from migctl.config.agent import AgentSettings
-from migctl.core.inventory import Inventory
+from migctl.core.model.inventory import Inventory
 from tests.unit.fake_nvml import FakeNvml, a100_mig, t4
 
 FAST = AgentSettings(interval_seconds=30, backoff_initial_seconds=5, backoff_max_seconds=40, health_port=None)

@@ -18,7 +18,7 @@ from migctl.adapters.nvml_mig import MigNvml
 from migctl.adapters.podresources import Holder
 from migctl.agent.apply import Applier, Retry
 from migctl.agent.journal import Journal
-from migctl.core.geometry import geometry
+from migctl.core.hardware.geometry import geometry
 from tests.unit.builders import CATALOG
 from tests.unit.fake_nvml_mig import FakeMigNvml, MigGpu
 

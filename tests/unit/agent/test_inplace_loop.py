@@ -18,7 +18,7 @@ from migctl.agent.apply import Applier, Retry
 from migctl.agent.inplace_loop import InPlaceLoop
 from migctl.agent.journal import Journal, LayoutRecord
 from migctl.agent.usage import KubeletAwareReader
-from migctl.core.inventory import Inventory
+from migctl.core.model.inventory import Inventory
 from migctl.wire.inplace import Target, decode_status, encode_target
 from migctl.wire.names import DEVICE_PLUGIN_CONFIG, IN_PLACE_STATUS, IN_PLACE_TARGET
 from tests.unit.builders import CATALOG

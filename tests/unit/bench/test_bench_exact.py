@@ -10,14 +10,14 @@ from bench import exact
 from bench.instances import random_instance
 from bench.quality import tiers_of
 from migctl.core.budget import WorkBudget
-from migctl.core.catalog import load_catalog
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
-from migctl.core.forecast import EMPTY
-from migctl.core.migparted import GpuConfig
-from migctl.core.plan import Plan
+from migctl.core.forecast.estimate import EMPTY
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import Plan
+from migctl.core.model.settings import ExactSettings, PlannerSettings
 from migctl.core.planner import Planner, place, plan
 from migctl.core.search import budgets
-from migctl.core.settings import ExactSettings, PlannerSettings
 
 CATALOG = load_catalog()
 # The heuristic alone: the tests below show what each of its stages finds (the exact solver would find it too).

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench.pairs import best_gain, group_snapshot, main
-from migctl.core.catalog import load_catalog
-from migctl.core.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
-from migctl.core.migparted import GpuConfig
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.cluster import Gpu, GpuDemand, Node, Pod, Resources, Snapshot
+from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.planner import plan
 
 CATALOG = load_catalog()

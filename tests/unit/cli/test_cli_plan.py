@@ -127,7 +127,7 @@ def test_thorough_gives_the_exact_solver_a_larger_budget(monkeypatch: pytest.Mon
     """`--thorough` reaches the planner as `ExactSettings.thorough()` of the configured budget; without it the
     configured budget plans."""
     import migctl.cli.plan as plan_cli
-    from migctl.core.settings import ExactSettings
+    from migctl.core.model.settings import ExactSettings
 
     seen: list[ExactSettings] = []
     real = plan_cli.make_plan

@@ -10,8 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from migctl.cli import cli
-from migctl.core.catalog import default_profiles_dir
-from tests.unit.core.test_geometry import brute_force
+from migctl.core.hardware.catalog import default_profiles_dir
+from tests.unit.core.hardware.test_geometry import brute_force
 
 
 def run(*args: str) -> tuple[int, str, str]:

@@ -17,8 +17,8 @@ from migctl.adapters.objects import snapshot_from_objects
 from migctl.cli import cli
 from migctl.cli.status import age, layout_cell, statuses
 from migctl.controller.nodestate import APPLYING, Target
-from migctl.core.catalog import load_catalog
-from migctl.core.migparted import GpuConfig, config_name
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.gpu_config import GpuConfig, config_name
 from migctl.wire import inplace
 from migctl.wire.layout import GpuLayout, encode
 from migctl.wire.names import (

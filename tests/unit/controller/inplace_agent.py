@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from migctl.core.naming import resource_name
+from migctl.core.hardware.naming import resource_name
 from migctl.wire import inplace as wire
 from migctl.wire.names import IN_PLACE_STATUS, IN_PLACE_TARGET
 from tests.unit.fake_cluster import FakeCluster

@@ -16,7 +16,8 @@ from migctl.controller.events import EventSink
 from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
 from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target
-from migctl.core.migparted import GpuConfig, config_name, parse
+from migctl.core.migparted.config import parse
+from migctl.core.model.gpu_config import GpuConfig, config_name
 from tests.unit.fake_cluster import MIG_CONFIG, MIG_STATE, FakeClock, FakeCluster, Obj
 from tests.unit.kube_builders import gpu_node, mig_parted, pod
 

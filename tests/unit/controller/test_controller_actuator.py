@@ -18,7 +18,8 @@ from migctl.controller.actuator import (
     mig_manager_verdict,
 )
 from migctl.controller.configmap import merged, referenced_configs
-from migctl.core.migparted import GpuConfig, config_name, parse, render
+from migctl.core.migparted.config import parse, render
+from migctl.core.model.gpu_config import GpuConfig, config_name
 
 GPUS = {0: GpuConfig.mig({"3g.40gb": 2}), 1: GpuConfig.disabled()}
 

@@ -21,7 +21,7 @@ from migctl.controller.nodestate import (
     read_state,
     target_configs,
 )
-from migctl.core.migparted import GpuConfig
+from migctl.core.model.gpu_config import GpuConfig
 from migctl.errors import InputError
 
 NOW = 1_800_000_000.0

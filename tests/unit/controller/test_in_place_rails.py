@@ -1,6 +1,6 @@
 """The live controller's in-place guard rails and burst rule, the same as the simulator models (`migctl-inplace`):
 an in-place node meets `in_place_cooldown_s` / `in_place_min_dwell_s`, not the stock path's minutes, and a burst
-still arriving keeps its wasteful pods out of the plan (`core/forecast.burst_hold`, the loop's clock).
+still arriving keeps its wasteful pods out of the plan (`core/forecast/estimate.burst_hold`, the loop's clock).
 
 The cluster is `tests/unit/fake_cluster.py` (no API server): the reconcile reads the objects as from the cache."""
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from migctl.config import Config
 from migctl.controller.loop import Controller
-from migctl.core.catalog import load_catalog
-from migctl.core.migparted import config_name
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.gpu_config import config_name
 from tests.unit.fake_cluster import MIG_CONFIG, FakeCache, FakeClock, FakeCluster
 from tests.unit.kube_builders import gpu_node, mig_parted, node_config, pod
 

@@ -17,9 +17,9 @@ from migctl.controller.reconcile import (
     in_place_refusal,
     refusals,
 )
-from migctl.core.cluster import Snapshot
-from migctl.core.migparted import GpuConfig
-from migctl.core.plan import Eviction, GpuPlan, NodePlan, Plan, Summary
+from migctl.core.model.cluster import Snapshot
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.plan import Eviction, GpuPlan, NodePlan, Plan, Summary
 from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE
 
 OPTED_IN = {ACTUATION: IN_PLACE, DEPLOY_MIG_MANAGER: "false"}

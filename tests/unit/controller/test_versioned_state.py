@@ -11,7 +11,7 @@ import pytest
 from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.cli.plan import example_path
 from migctl.controller.nodestate import LeftAlone, Rollback, Target, abandoned, read_state, target_configs
-from migctl.core.catalog import Catalog
+from migctl.core.hardware.catalog import Catalog
 from migctl.wire import layout
 from migctl.wire.versions import UnknownVersionError
 from tests.unit.controller.test_actuator_state_machine import FakeKube, actuator, node_with

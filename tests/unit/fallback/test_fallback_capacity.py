@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from migctl.config.fallback import FallbackSettings
-from migctl.core.catalog import Catalog
-from migctl.core.inventory import GpuInfo, Inventory, MigDevice
+from migctl.core.hardware.catalog import Catalog
+from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice
 from migctl.fallback.advertiser import capacity_patch
 from migctl.fallback.capacity import fallback_view, gpu_units, node_gpus, node_units, vram_units
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from migctl.core.catalog import load_catalog
-from migctl.core.geometry import canonical, geometry
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.hardware.geometry import canonical, geometry
 from migctl.sim.mig import Sim
 from migctl.sim.policies.hami import Hami
 from migctl.sim.policies.nos import Nos

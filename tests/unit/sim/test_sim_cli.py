@@ -45,7 +45,7 @@ def test_unknown_policy_is_a_usage_error() -> None:
 
 def test_bench_tables_put_both_reconfiguration_times_side_by_side() -> None:
     from bench.simulate import markdown, merge
-    from migctl.core.catalog import load_catalog
+    from migctl.core.hardware.catalog import load_catalog
     from migctl.sim.scenario import Scenario, load_cluster
 
     runs = {}
@@ -68,7 +68,7 @@ def test_bench_tables_put_both_reconfiguration_times_side_by_side() -> None:
 
 
 def test_runs_with_departures_also_plot_queue_and_allocation_over_time(tmp_path: Path) -> None:
-    from migctl.core.catalog import load_catalog
+    from migctl.core.hardware.catalog import load_catalog
     from migctl.sim.report import plot
     from migctl.sim.scenario import Scenario, load_cluster
 

@@ -8,9 +8,9 @@ import pytest
 
 from migctl.adapters.objects import pod_from_object
 from migctl.config import ControllerSettings
-from migctl.core.catalog import load_catalog
-from migctl.core.cluster import Pod
-from migctl.core.settings import PlannerSettings
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.cluster import Pod
+from migctl.core.model.settings import PlannerSettings
 from migctl.sim.controller import Controller, created, snapshot
 from migctl.sim.mig import Sim
 from migctl.sim.run import simulate

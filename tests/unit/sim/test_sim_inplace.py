@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from migctl.config import ControllerSettings
-from migctl.core.catalog import load_catalog
-from migctl.core.forecast import BURST_QUIET_S
+from migctl.core.forecast.estimate import BURST_QUIET_S
+from migctl.core.hardware.catalog import load_catalog
 from migctl.sim.controller import InPlaceController
 from migctl.sim.run import simulate
 from migctl.sim.timing import InPlaceTime
@@ -63,7 +63,7 @@ def test_a_busy_gpu_is_re_cut_in_place_and_its_pod_keeps_its_instance() -> None:
 def test_a_bursts_wasteful_pod_is_planned_once_the_burst_has_landed(policy: str) -> None:
     # 10 small pods 2 s apart and, once 8 of them have shown the burst, one of 21 GiB, which only a 7g.40gb
     # serves (47% of it unused): the small ones are served as they come, the large one once the burst has landed
-    # (core/forecast.burst_hold). Relabels take 5 s here, so both paths serve the small ones within the burst
+    # (core/forecast/estimate.burst_hold). Relabels take 5 s here, so both paths serve the small ones within the burst
     jobs = [Job(f"s{i}", 4 * GIB, arrival=2.0 * i, duration=5000.0) for i in range(10)]
     jobs.append(Job("big", 21 * GIB, arrival=15.0, duration=5000.0))
     res = simulate(jobs, [2, 2], A100, policy, seed=3, reconfig_s=5.0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from migctl.config import ControllerSettings
-from migctl.core.catalog import load_catalog
-from migctl.core.geometry import canonical, geometry
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.hardware.geometry import canonical, geometry
 from migctl.sim.mig import MIG_POLICIES
 from migctl.sim.run import simulate
 from migctl.sim.scenario import summarize

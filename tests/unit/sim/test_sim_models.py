@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from migctl.core.catalog import load_catalog
+from migctl.core.hardware.catalog import load_catalog
 from migctl.sim.named import named_layout, static_layout
 from migctl.sim.names import ANALYSIS, MIG_POLICIES
 from migctl.sim.run import simulate
@@ -29,7 +29,7 @@ def _jobs(full_mib: int, seed: int = 0) -> list[Job]:
 
 @pytest.mark.parametrize("model", MIG_MODELS, ids=lambda m: m.id)
 def test_every_model_simulates_with_every_policy(model: object) -> None:
-    from migctl.core.catalog import GpuModel
+    from migctl.core.hardware.catalog import GpuModel
 
     assert isinstance(model, GpuModel)
     jobs = _jobs(model.full_profile.memory_mib)

@@ -17,9 +17,9 @@ from cryptography import x509
 
 from migctl.adapters.kube.errors import ConflictError, NotFoundError
 from migctl.config.webhook import TlsSettings, WebhookSettings
-from migctl.core.catalog import load_catalog
-from migctl.core.cluster import Taint
-from migctl.core.vram_request import CHOICE_ANNOTATION, ModelOffer, NodeOffer, VramRules
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.cluster import Taint
+from migctl.core.vram.decide import CHOICE_ANNOTATION, ModelOffer, NodeOffer, VramRules
 from migctl.errors import InputError
 from migctl.webhook.admission import BadReviewError, apply_patch, json_patch, review
 from migctl.webhook.certs import CertManager, set_ca_bundle

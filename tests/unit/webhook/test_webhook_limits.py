@@ -15,7 +15,7 @@ import pytest
 
 from migctl.adapters.kube.errors import NotFoundError
 from migctl.config.webhook import TlsSettings, WebhookSettings
-from migctl.core.vram_request import CHOICE_ANNOTATION
+from migctl.core.vram.decide import CHOICE_ANNOTATION
 from migctl.webhook.configuration import match_conditions, webhook_configuration
 from migctl.webhook.events import EventSender
 from migctl.webhook.server import WebhookServer
