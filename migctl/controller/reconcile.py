@@ -173,7 +173,7 @@ def freeze(snapshot: Snapshot, reasons: Mapping[str, str]) -> Snapshot:
 
 def hold_burst(snapshot: Snapshot, now: float) -> tuple[Snapshot, float | None]:
     """The snapshot to plan on, and when to look again (None: no burst). While a burst of pods is still arriving
-    (`core/forecast.burst_hold`), its pending pods that would waste much of their instance are left out of
+    (`core/forecast/estimate.burst_hold`), its pending pods that would waste much of their instance are left out of
     planning until it has landed; the simulator applies the same rule at the same point."""
     burst = burst_hold(snapshot, now)
     if burst is None:

@@ -9,7 +9,7 @@ waits, batches and refuses exactly where the live one would:
   resync sees the same snapshot as the reconcile before it, and plans the same);
 * a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`), freezes the nodes
   `holds` names (in flight, cooldown, minimum dwell), plans, and, once the batching window says demand has
-  settled and no burst of pods is still arriving (`core/forecast.burst_hold`), lets `select` start at most
+  settled and no burst of pods is still arriving (`core/forecast/estimate.burst_hold`), lets `select` start at most
   `max_concurrent_nodes` node changes;
 * a started node is tainted and paused node-wide (`Sim.reconfigure`); the pods the change is for start when
   it ends, and its `last_change` starts the dwell.
@@ -312,7 +312,7 @@ class InPlaceController(Controller):
     The protocol of the in-place path, as the controller and the agent run it: the controller taints the node
     (pods bound but not yet started: none here, the simulator starts a bound pod at once) and writes the target;
     the agent re-cuts each GPU all or nothing through NVML, instances in use staying where they sit
-    (`migctl.core.in_place.reach`), and flips the device plugin's config label; the controller removes the
+    (`migctl.core.inplace.reach.reach`), and flips the device plugin's config label; the controller removes the
     taint once allocatable lists the new instances. No pod lands on the node meanwhile: the window is the
     agent's NVML operations plus the re-advertise window (`InPlaceTime`). The controller's guard rails are the
     same settings as `migctl run` reads (`ControllerSettings`), decided by `controller/guards.py`."""

@@ -1,7 +1,7 @@
 """Demand forecast: the mix of GPU requests the cluster expects next, per GPU model, read from the snapshot alone.
 
-The planner chooses the spare instances of every GPU it reshapes for this mix (`migctl/core/spare.py`), and
-pre-shapes idle GPUs toward it (`migctl/core/preshape.py`). The controller, `migctl plan` and the simulator all
+The planner chooses the spare instances of every GPU it reshapes for this mix (`forecast/spare.py`), and
+pre-shapes idle GPUs toward it (`forecast/over_time.py`). The controller, `migctl plan` and the simulator all
 call `forecast(snapshot, settings)` on the snapshot they plan, so they see the same forecast.
 
 Estimator (docs/planning.md, "Objective over time"): every GPU pod of the snapshot, running or pending, is one

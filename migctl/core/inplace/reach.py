@@ -4,7 +4,7 @@ target layout on one of them takes.
 Under the stock mig-manager a GPU is re-cut only while idle. On a node opted into the in-place path
 (`Node.in_place`, label `migctl.io/actuation=in-place`) the agent re-cuts the free part of a busy GPU through
 NVML: instances in use stay where they are, free instances are kept or destroyed, and new ones are created at
-placements from `ModelGeometry.place_around`. The agent's steps are `migctl.core.inplace.plan_gpu`; the planner
+placements from `ModelGeometry.place_around`. The agent's steps are `migctl.core.inplace.steps.plan_gpu`; the planner
 (what a busy GPU may become) and the simulator (what a change costs: its instances destroyed and created) ask
 the same function here, through the snapshot's `Placement`s.
 
@@ -54,7 +54,7 @@ def around(node: Node, gpu: Gpu) -> Around | None:
 
 def reach(geo: ModelGeometry, where: Around, target: Mapping[str, int] | CanonicalLayout) -> Reach | None:
     """How the GPU whose instances are `where` reaches `target` (profile counts) without moving an instance in
-    use, or None when it cannot: the steps the agent takes (`migctl.core.inplace.plan_gpu`, the one rule: the
+    use, or None when it cannot: the steps the agent takes (`migctl.core.inplace.steps.plan_gpu`, the one rule: the
     most free instances of the target kept where they sit, the rest destroyed, the missing ones created at
     `ModelGeometry.place_around`'s placements)."""
     used, free = where
