@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from migctl.adapters.pod_rewrite import apply
 from migctl.adapters.pods import placement_from_object
 from migctl.adapters.requests import vram_asks
 from migctl.core.model.cluster import Pod
 from migctl.core.vram.decide import VramDecision, VramRules, decide
 from migctl.core.vram.offers import ModelOffer, OfferIndex
-from migctl.core.vram.rewrite import apply
 from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
 API_VERSION = "admission.k8s.io/v1"

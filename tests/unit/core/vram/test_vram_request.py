@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from migctl.adapters.pod_rewrite import apply
 from migctl.adapters.pods import placement_from_object
 from migctl.adapters.requests import vram_asks
 from migctl.core.hardware.catalog import load_catalog
@@ -15,7 +16,6 @@ from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.settings import PlannerSettings
 from migctl.core.vram.decide import CHOICE_ANNOTATION, VramDecision, VramRules, decide
 from migctl.core.vram.offers import PRODUCT_LABEL, ModelOffer, NodeOffer, offers_from_snapshot
-from migctl.core.vram.rewrite import apply
 
 CATALOG = load_catalog()
 H100 = CATALOG.model("h100-80gb")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from migctl.adapters.pod_rewrite import apply
 from migctl.adapters.pods import placement_from_object, pod_from_object
 from migctl.adapters.requests import vram_asks, vram_containers
 from migctl.core.hardware.catalog import load_catalog
@@ -20,7 +21,6 @@ from migctl.core.model.settings import PlannerSettings
 from migctl.core.vram import offers as offers_module
 from migctl.core.vram.decide import VramDecision, VramRules, decide
 from migctl.core.vram.offers import NodeOffer, OfferIndex, gpus_needed, node_capacity, offers_from_snapshot
-from migctl.core.vram.rewrite import apply
 from tests.unit.builders import node
 
 CATALOG = load_catalog()

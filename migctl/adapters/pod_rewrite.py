@@ -1,4 +1,5 @@
-"""The rewrite of a pod the VRAM-request decision chose profiles for: resources, node affinity, annotations.
+"""The rewrite of a pod the VRAM-request decision chose profiles for: resources, node affinity, annotations (the
+webhook's patch is built on the Pod object, so it lives with the other readers and writers of API objects).
 
 The original request is kept in the `migctl.io/vram` annotation (the largest container request, a single
 quantity the planner reads as the real need) and the full choice in `migctl.io/vram-choice` (JSON).
