@@ -11,6 +11,7 @@ import pytest
 from migctl.config import ControllerSettings
 from migctl.core.forecast.estimate import BURST_QUIET_S
 from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.settings import PlannerSettings
 from migctl.sim.controller import InPlaceController
 from migctl.sim.run import simulate
 from migctl.sim.timing import InPlaceTime
@@ -27,15 +28,20 @@ def _inplace(readvertise_s: float) -> InPlaceController:
 
 @pytest.mark.parametrize("readvertise_s", [5.0, 30.0])
 def test_a_pod_arriving_during_the_re_advertise_window_waits_for_it(readvertise_s: float) -> None:
-    # A (15 GiB) needs a 3g.20gb cut in place; B (15 GiB too) arrives while the node is held, and the change
-    # leaves a second 3g.20gb free beside A's: B lands only when the window closes, with no change of its own
+    # one node, two GPUs cut all-1g. A (15 GiB) needs a 3g.20gb cut in place on one of them; B (3 GiB) arrives
+    # while the node is held and asks for a 1g.5gb, which the other GPU has free before, during and after the
+    # change: B lands only when the window closes (no pre-shaping, so the other GPU stays as it is)
+    def inplace() -> InPlaceController:
+        return InPlaceController(PlannerSettings(preshape=False), ControllerSettings(),
+                                 timing=InPlaceTime(readvertise_s, 0.0))  # fmt: skip
+
     a = Job("a", 15 * GIB, arrival=0.0, duration=5000.0)
-    alone = simulate([a], [1], A100, _inplace(readvertise_s), initial=ALL_1G)
+    alone = simulate([a], [2], A100, inplace(), initial=ALL_1G)
     [(_, start, end)] = alone.window_log
     assert end - start >= readvertise_s  # NVML operations, then the re-advertise window
-    b = Job("b", 15 * GIB, arrival=start + 1.0, duration=5000.0)
-    both = simulate([a, b], [1], A100, _inplace(readvertise_s), initial=ALL_1G)
-    assert both.window_log == alone.window_log
+    b = Job("b", 3 * GIB, arrival=start + 1.0, duration=5000.0)
+    both = simulate([a, b], [2], A100, inplace(), initial=ALL_1G)
+    assert both.window_log == alone.window_log  # B needed no change of its own
     assert both.placed == 2
     assert both.wait_s[1] == pytest.approx(end - b.arrival)  # B started when the window closed, not on arrival
 
