@@ -14,7 +14,7 @@ from collections import Counter
 
 from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.sim.mig import Sim
-from migctl.sim.state import Cluster, GpuState, Placement
+from migctl.sim.state import Cluster, Placement
 from migctl.sim.workloads import Job
 
 
@@ -41,26 +41,33 @@ def bind_free(sim: Sim) -> None:
             sim.start(Placement(ji, [(gid, p)]))
 
 
-def relayout(cl: Cluster, g: GpuState, p: str, mode: str) -> CanonicalLayout | None:
-    """New layout of `g` with a free `p`: only on idle GPUs (`idle`), or keeping used instances (`free-slices`)."""
+def relayout(cl: Cluster, gid: int, p: str, mode: str) -> CanonicalLayout | None:
+    """New layout of GPU `gid` with a free `p`: only on idle GPUs (`idle`), or keeping used instances
+    (`free-slices`). On a tracked GPU (`Cluster(track=True)`) the layout must also be reachable without moving an
+    instance in use (`Cluster.spots_after`): NVML creates an instance only where its placement is free."""
+    g = cl.gpus[gid]
     busy = sum(g.used.values()) > 0
     if busy and mode != "free-slices":
         return None
+    candidates = []
     if mode == "free-slices":
-        grown = cl.shapes.completion(canonical(g.layout + Counter({p: 1})))  # add into unpartitioned slices
-        if grown is not None:
-            return grown
-    return cl.shapes.completion(canonical(g.used + Counter({p: 1})))
+        candidates.append(cl.shapes.completion(canonical(g.layout + Counter({p: 1}))))  # into unpartitioned slices
+    candidates.append(cl.shapes.completion(canonical(g.used + Counter({p: 1}))))
+    for lay in candidates:
+        if lay is not None and (g.spots is None or not busy or cl.spots_after(gid, lay) is not None):
+            return lay
+    return None
 
 
-def option(cl: Cluster, g: GpuState, fits: tuple[str, ...], mode: str) -> tuple[str | None, CanonicalLayout | None]:
-    """Smallest fitting profile this GPU can give: a free instance, or (dynamic modes) a re-cut of free slices.
+def option(cl: Cluster, gid: int, fits: tuple[str, ...], mode: str) -> tuple[str | None, CanonicalLayout | None]:
+    """Smallest fitting profile GPU `gid` can give: a free instance, or (dynamic modes) a re-cut of free slices.
     A static layout serves a pod only with its own profile (`fits[0]`: the pod asks for it by name)."""
+    g = cl.gpus[gid]
     for p in fits[:1] if mode == "static" else fits:
         if g.free[p] > 0:
             return p, None
         if mode != "static":
-            lay = relayout(cl, g, p, mode)
+            lay = relayout(cl, gid, p, mode)
             if lay is not None:
                 return p, lay
     return None, None

@@ -37,7 +37,7 @@ class GpuState:
 
     def around(self) -> Around:
         """(in use, free) instances where they sit, sorted by start (`migctl.core.inplace.reach`)."""
-        assert self.spots is not None, "placements are tracked only in runs of the in-place path"
+        assert self.spots is not None, "placements are tracked only in runs of a policy that tracks them"
         ordered = sorted(self.spots.items(), key=lambda kv: (kv[0].start, kv[0].profile))
         return tuple(p for p, j in ordered if j is not None), tuple(p for p, j in ordered if j is None)
 
@@ -45,8 +45,12 @@ class GpuState:
     def free(self) -> Counter[str]:
         return self.layout - self.used
 
-    def key(self) -> tuple[CanonicalLayout, CanonicalLayout]:
-        return canonical(self.layout), canonical(self.used)
+    def key(self) -> tuple[object, ...]:
+        """What a policy's per-GPU choice depends on: the counts, and on a tracked GPU where the instances in use sit
+        (a re-cut must leave them where they are)."""
+        if self.spots is None:
+            return canonical(self.layout), canonical(self.used)
+        return canonical(self.layout), canonical(self.used), self.around()
 
 
 @dataclass

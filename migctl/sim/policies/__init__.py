@@ -68,11 +68,11 @@ REGISTRY: dict[str, Maker] = {
     "static-all-1g": lambda s: (s.static("static-all-1g"), Greedy("static-all-1g")),
     "static-balanced": lambda s: (s.static("static-balanced"), Greedy("static-balanced")),
     "static-best-mix": lambda s: (s.best_mix(s.cluster()), Greedy("static-best-mix")),
-    "nos": lambda s: (s.cluster(), Nos(s.seed)),
+    "nos": lambda s: (s.cluster(track=True), Nos(s.seed)),
     "hami": lambda s: (cl := s.cluster(), Hami(cl)),
-    "first-fit": lambda s: (s.cluster(), Greedy("first-fit")),
-    "best-fit": lambda s: (s.cluster(), Greedy("best-fit")),
-    "fgd-mig": lambda s: (s.cluster(), FgdMig(trace_mix(s.shapes, s.jobs))),
+    "first-fit": lambda s: (s.cluster(track=True), Greedy("first-fit")),
+    "best-fit": lambda s: (s.cluster(track=True), Greedy("best-fit")),
+    "fgd-mig": lambda s: (s.cluster(track=True), FgdMig(trace_mix(s.shapes, s.jobs))),
     "migctl-oracle-start": lambda s: (s.best_mix(s.cluster()), Controller(s.planner, s.controller)),
 }
 

@@ -55,7 +55,7 @@ class FgdMig(Policy):
                     sim.create(pl)
                 continue
             fits = cl.shapes.fitting(job.vram_mib)
-            seen: dict[_Key, tuple[float, str, CanonicalLayout | None] | None] = {}
+            seen: dict[tuple[object, ...], tuple[float, str, CanonicalLayout | None] | None] = {}
             best: tuple[tuple[float, int], int, str, CanonicalLayout | None] | None = None
             for gid, g in enumerate(cl.gpus):
                 if not cl.open(gid):
@@ -68,7 +68,7 @@ class FgdMig(Policy):
                         cands: list[CanonicalLayout | None] = []
                         if g.free[p] > 0:
                             cands.append(None)
-                        lay = relayout(cl, g, p, "free-slices")
+                        lay = relayout(cl, gid, p, "free-slices")
                         if lay is not None:
                             cands.append(lay)
                         for c in cands:

@@ -37,7 +37,7 @@ class Greedy(Policy):
             for gid, g in enumerate(cl.gpus):
                 if not cl.open(gid):
                     continue
-                p, lay = option(cl, g, fits, self.mode)
+                p, lay = option(cl, gid, fits, self.mode)
                 if p is None:
                     continue
                 if self.name == "first-fit":

@@ -73,6 +73,8 @@ class Nos(Policy):
                         continue
                     rank = (-sum(min(c, lacking[p]) for p, c in after.items()), float(self.rng.random()))
                     if best is None or rank < best[0]:
+                        if g.spots is not None and g.used and cl.spots_after(gid, lay) is None:
+                            continue  # its agent cannot create these instances beside the ones in use
                         best = (rank, lay)
                 if best is not None and -best[0][0] > have and best[1] != canonical(g.layout):
                     layouts[gid] = best[1]
