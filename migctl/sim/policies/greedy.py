@@ -1,9 +1,9 @@
 """`first-fit`, `best-fit` and the static layouts (`static-*`).
 
-* static layouts never change; pods take the smallest free instance that fits.
+* static layouts never change; a pod takes a free instance of its own profile (it asks for it by name).
 * `first-fit`, `best-fit`: smallest fitting instance on the first / tightest GPU, re-cutting the *free* part of a
-  busy GPU through NVML when no free instance fits (more freedom than the stock mig-manager gives anyone; the
-  re-cut counts instances, not where they sit).
+  busy GPU through NVML when no free instance fits (more freedom than the stock mig-manager gives anyone), where
+  the new instance can sit beside the ones in use (`scheduler.relayout` on a tracked GPU).
 """
 
 from __future__ import annotations

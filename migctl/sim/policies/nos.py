@@ -2,7 +2,8 @@
 and per node (by name) re-cuts the *free* part of each GPU to the geometry providing most of them (ties at
 random: nos takes Go's map order; it has no waste or flexibility term); its agent deletes only free devices,
 creates the new ones through NVML and restarts the device plugin, which closes its node for a drawn
-reconfiguration time, like a relabel (docs/simulation.md §2). The re-cut counts instances, not where they sit."""
+reconfiguration time, like a relabel (docs/simulation.md §2). A geometry its agent could not create beside the
+devices in use (placements, `Cluster.spots_after`) is not chosen."""
 
 from __future__ import annotations
 
