@@ -1,20 +1,20 @@
-"""`migctl` in the simulator: the real planner behind the controller's batching window and guard rails.
+"""`migctl` in the simulator: the real planner behind the live controller's own reconcile step.
 
 The same settings model as `migctl run` drives it (`migctl.config.ControllerSettings`, `PlannerSettings`) and the
-same pure decisions (`migctl.controller.guards`: `BatchWindow`, `holds`, `select`), so the simulated controller
-waits, batches and refuses exactly where the live one would:
+same pure decisions (`migctl.controller.reconcile`), so the simulated controller waits, batches and refuses
+exactly where the live one would:
 * every arrival or departure, and the end of a reconfiguration, triggers a reconcile `debounce_s` later (a
   trigger already pending is kept); the periodic resync (every `resync_interval_s`) is simulated only where it
   can change the plan: at the first resync after a guard rail on some node expires while pods wait (any other
   resync sees the same snapshot as the reconcile before it, and plans the same);
-* a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`), freezes the nodes
-  `holds` names (in flight, cooldown, minimum dwell), plans, and, once the batching window says demand has
-  settled and no burst of pods is still arriving (`core/forecast/estimate.burst_hold`), lets `select` start at most
-  `max_concurrent_nodes` node changes;
+* a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`) and each node's facts as
+  the controller reads them from Node objects (`Controller.facts`), then calls `reconcile.frozen_nodes`,
+  `freeze`, `hold_burst`, plans, observes the path's batching window (`reconcile.Windows`) and lets
+  `reconcile.decide` say which node changes start;
 * a started node is tainted and paused node-wide (`Sim.reconfigure`); the pods the change is for start when
   it ends, and its `last_change` starts the dwell.
-Between reconciles kube-scheduler binds pending pods to free instances (`bind_free`). `settle_s` has no effect
-here: the pods a change is for bind the moment it ends, so none is left to plan twice.
+Between reconciles kube-scheduler binds pending pods to free instances of their profile (`bind_free`).
+`settle_s` has no effect here: the pods a change is for bind the moment it ends, so none is left to plan twice.
 
 Without departures (openb, the FGD packing protocol) there is no timeline: each round plans and applies at once.
 """
@@ -87,12 +87,12 @@ def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None) -> Pod:
     )
 
 
-def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None, in_place: bool = False) -> Snapshot:
+def snapshot(sim: Sim, taint: str, in_place: bool = False) -> Snapshot:
     """The cluster as `snapshot_from_objects` would build it: nodes with per-GPU layouts and usage (the node
     agent's inventory), running pods with their node and GPU, pending pods; nodes in a reconfiguration carry
-    migctl's taint. `frozen`: node -> why the guard rails hold it. `in_place`: every node is opted into the
+    migctl's taint (the guard rails' holds are added by `reconcile.freeze`). `in_place`: every node is opted into the
     in-place path and the agent reports each instance where it sits (`Gpu.instances`)."""
-    cl, frozen = sim.cl, frozen or {}
+    cl = sim.cl
     on_node: dict[int, list[tuple[int, int | None]]] = {}
     for ji, units in sim.running.items():
         gids = {gid for gid, _ in units}
@@ -119,7 +119,7 @@ def snapshot(sim: Sim, taint: str, frozen: dict[int, str] | None = None, in_plac
             for p, c in g.free.items():
                 free[p] = free.get(p, 0) + c
         paused = not cl.node_open(n)
-        reason = "migctl is reconfiguring it" if paused else frozen.get(n, "")
+        reason = "migctl is reconfiguring it" if paused else ""
         nodes.append(
             Node(
                 name=name,
