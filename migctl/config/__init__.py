@@ -111,13 +111,23 @@ class ControllerSettings(BaseModel):
 
     # -- guard rails ---------------------------------------------------------------------------------------
     max_concurrent_nodes: int = Field(
-        1, ge=1, description="Nodes reconfiguring at once. 1: a bad layout or a bug hurts one node at a time."
+        4,
+        ge=1,
+        description="Nodes reconfiguring at once: a bad layout or a bug reaches at most this many. 1 left GPUs idle "
+        "for minutes while nodes waited their turn (docs/simulation.md §4.3); set 1 where 4 nodes are most of the "
+        "cluster's GPUs.",
     )
     cooldown_s: float = Field(
-        300.0, ge=0, description="Minimum gap between the end of one attempt on a node and the start of the next."
+        60.0,
+        ge=0,
+        description="Minimum gap between the end of one attempt on a node and the start of the next (a failed "
+        "attempt also backs off, failure_backoff_s).",
     )
     min_dwell_s: float = Field(
-        900.0, ge=0, description="A layout migctl applied is kept at least this long (no flapping between layouts)."
+        300.0,
+        ge=0,
+        description="A layout migctl applied is kept at least this long (no flapping): with relabels of about a "
+        "minute, migctl pauses a node for at most about a sixth of its time.",
     )
     failure_backoff_s: float = Field(
         600.0, ge=0, description="After a failed attempt the node is left alone this long, doubling per failure."
@@ -157,7 +167,10 @@ class ControllerSettings(BaseModel):
         "migctl.io/actuation=in-place (empty: only the label). Their node agent changes MIG instances itself.",
     )
     in_place_max_concurrent_nodes: int = Field(
-        2, ge=1, description="In-place nodes changing at once (their own limit: their window is seconds)."
+        2,
+        ge=1,
+        description="In-place nodes changing at once (their own limit: their window is seconds). Fewer than the "
+        "stock path's while the agent is unconfirmed on real GPUs (docs/in-place.md); 4 simulates the same.",
     )
     in_place_cooldown_s: float = Field(
         30.0,

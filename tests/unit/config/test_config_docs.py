@@ -52,7 +52,7 @@ def test_every_field_is_documented_with_its_default() -> None:
         assert f"| `{key}` |" in text or f"### `{key}`" in text, path
     for section in ("planner", "gpu_operator", "controller", "controller.leader_election", "agent", "fallback"):
         assert f"### `{section}`" in text
-    assert "| `max_concurrent_nodes` | int | `1` | ≥ 1 |" in text
+    assert "| `max_concurrent_nodes` | int | `4` | ≥ 1 |" in text
 
 
 def test_schema_rejects_what_the_model_rejects() -> None:

@@ -26,7 +26,7 @@ def test_every_controller_field_has_a_default_and_a_description() -> None:
     for name, field in ControllerSettings.model_fields.items():
         if name != "leader_election":
             assert field.description, name
-    assert ControllerSettings().max_concurrent_nodes == 1
+    assert (ControllerSettings().max_concurrent_nodes, ControllerSettings().min_dwell_s) == (4, 300.0)
     assert ControllerSettings().dry_run is False
 
 

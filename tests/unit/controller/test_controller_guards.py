@@ -68,10 +68,13 @@ def test_select_respects_concurrency_budget_optouts_and_pause() -> None:
     assert all(not d.start and d.reason == "paused" for d in paused)
 
 
-def test_select_default_is_one_node_at_a_time() -> None:
-    out = select([Candidate("a"), Candidate("b")], active=0, evictions_last_hour=0, settings=ControllerSettings(),
-                 paused=False)  # fmt: skip
-    assert [d.start for d in out] == [True, False]
+def test_select_default_starts_at_most_four_nodes() -> None:
+    """The default limit (docs/simulation.md §4.3): four nodes at once, the fifth waits for a slot."""
+    cands = [Candidate(n) for n in "abcde"]
+    out = select(cands, active=0, evictions_last_hour=0, settings=ControllerSettings(), paused=False)
+    assert [d.start for d in out] == [True, True, True, True, False]
+    busy = select(cands, active=3, evictions_last_hour=0, settings=ControllerSettings(), paused=False)
+    assert [d.start for d in busy] == [True, False, False, False, False]
 
 
 def test_dry_run_decision_says_so() -> None:
