@@ -25,8 +25,7 @@ import sys
 
 import migctl.sim.controller as sim_controller
 from migctl.sim.mig import Sim
-from migctl.sim.scheduler import multi, multi_gpu, relayout
-from migctl.sim.state import Placement
+from migctl.sim.scheduler import bind_one, multi_gpu, relayout
 
 
 def bind_in_order(sim: Sim) -> None:
@@ -34,18 +33,10 @@ def bind_in_order(sim: Sim) -> None:
     cl = sim.cl
     held: set[int] = set()
     for ji in list(sim.pending):
-        job = sim.jobs[ji]
-        if multi_gpu(job):
-            pl = multi(cl, job, ji, "static", False)
-            if pl is not None:
-                sim.start(pl)
+        if bind_one(sim, ji, held) or multi_gpu(sim.jobs[ji]):
             continue
-        p = cl.shapes.smallest(job)
+        p = cl.shapes.smallest(sim.jobs[ji])
         if p is None:
-            continue
-        gid = next((g for g, s in enumerate(cl.gpus) if s.free[p] > 0 and cl.open(g) and g not in held), None)
-        if gid is not None:
-            sim.start(Placement(ji, [(gid, p)]))
             continue
         for g, s in enumerate(cl.gpus):
             if g not in held and s.free.total() > 0 and relayout(cl, g, p, "free-slices") is not None:

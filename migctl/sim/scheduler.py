@@ -25,20 +25,25 @@ def multi_gpu(job: Job) -> bool:
 def bind_free(sim: Sim) -> None:
     """What kube-scheduler and the device plugin do without any MIG manager: each pending single-GPU pod, in
     queue order, takes a free instance of its profile on an open GPU (the first such GPU)."""
-    cl = sim.cl
     for ji in list(sim.pending):
-        job = sim.jobs[ji]
-        if multi_gpu(job):
-            pl = multi(cl, job, ji, "static", False)
-            if pl is not None:
-                sim.start(pl)
-            continue
-        p = cl.shapes.smallest(job)
-        if p is None:
-            continue
-        gid = next((gid for gid, g in enumerate(cl.gpus) if g.free[p] > 0 and cl.open(gid)), None)
-        if gid is not None:
-            sim.start(Placement(ji, [(gid, p)]))
+        bind_one(sim, ji)
+
+
+def bind_one(sim: Sim, ji: int, avoid: frozenset[int] | set[int] = frozenset()) -> bool:
+    """Bind pending pod `ji` as kube-scheduler would (`bind_free`), on no GPU of `avoid`; whether it bound."""
+    cl, job = sim.cl, sim.jobs[ji]
+    if multi_gpu(job):
+        pl = multi(cl, job, ji, "static", False)
+        if pl is not None:
+            sim.start(pl)
+        return pl is not None
+    p = cl.shapes.smallest(job)
+    if p is None:
+        return False
+    gid = next((gid for gid, g in enumerate(cl.gpus) if g.free[p] > 0 and cl.open(gid) and gid not in avoid), None)
+    if gid is not None:
+        sim.start(Placement(ji, [(gid, p)]))
+    return gid is not None
 
 
 def relayout(cl: Cluster, gid: int, p: str, mode: str) -> CanonicalLayout | None:
