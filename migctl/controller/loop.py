@@ -17,7 +17,6 @@ term's stop flag: every worker stops before its next write.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -36,13 +35,12 @@ from migctl.adapters.kube.interface import ControllerApi, ObjectCache
 from migctl.adapters.memo import ConversionMemo
 from migctl.config import Config
 from migctl.controller import events as ev
-from migctl.controller.actuator import Actuator, Hook, NodeChanged, Target
+from migctl.controller.actuator import Actuator, Hook
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.events import EventSink
 from migctl.controller.guards import EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
-from migctl.controller.nodestate import LeftAlone
 from migctl.controller.reconcile import (
     NodeFacts,
     Start,
@@ -53,10 +51,10 @@ from migctl.controller.reconcile import (
     hold_burst,
     paths,
     reserved_pods,
-    resumptions,
 )
 from migctl.controller.reporting import Reporter
 from migctl.controller.snapshots import build_snapshot
+from migctl.controller.workers import Workers
 from migctl.core.hardware.catalog import Catalog, load_catalog
 from migctl.core.model.plan import Plan
 from migctl.core.planner import plan as make_plan
@@ -69,7 +67,7 @@ def _meta(obj: Obj) -> dict[str, Any]:
     return dict(obj.get("metadata") or {})
 
 
-class Controller:
+class Controller(Workers):
     """`migctl run` in one object: `start()`, `stop()`; tests run several in one process."""
 
     def __init__(
@@ -388,74 +386,3 @@ class Controller:
             ),
             target,
         )
-
-    # -- workers -------------------------------------------------------------------------------------------
-
-    def _resume(self, facts: dict[str, NodeFacts], in_flight: set[str], now: float) -> None:
-        """Hand every node left mid-way to a worker: `drive` (leader) or `release` (dry run, once abandoned; a
-        node outside node_selector). A resume that failed waits a doubling backoff (no hot loop)."""
-        not_before = {n: until for n, (until, _) in self.resume_after.items()}
-        for name, why in resumptions(facts.values(), in_flight, not_before, now, self.settings):
-            log.info("node %s: %s", name, why or "resuming", extra={"node": name})
-            fn: Callable[[Actuator], str] = (
-                functools.partial(Actuator.release, name=name, why=why)
-                if why
-                else functools.partial(Actuator.drive, name=name)
-            )
-            self._spawn(name, fn)
-            in_flight.add(name)
-        for name in sorted(self.strays - set(facts) - in_flight) if not self.settings.dry_run else ():
-            if not_before.get(name, 0.0) <= now:
-                self._spawn(name, functools.partial(self._release_stray, name=name))
-                in_flight.add(name)
-
-    def _release_stray(self, actuator: Actuator, name: str) -> str:
-        """A node in flight outside node_selector: released once abandoned (it may be another deployment's)."""
-        outcome = actuator.release(name, "released: the node left migctl's node_selector mid-phase", True)
-        if outcome != "waiting":
-            self.strays.discard(name)
-        return outcome
-
-    def _spawn(self, node: str, fn: Callable[[Actuator], str], target: Target | None = None) -> None:
-        actuator = self.actuator
-        if actuator is None:
-            return
-
-        def run() -> None:
-            outcome, failed = "aborted", True
-            try:
-                outcome = fn(actuator)
-                failed = False
-            except NodeChanged as e:
-                log.info("node %s: not started: %s; re-planning", node, e, extra={"node": node})
-            except LeftAlone as e:  # another migctl version's change: retried after the backoff, never rolled back
-                log.warning("node %s: %s", node, e, extra={"node": node})
-            except Stopped:
-                failed = False
-                log.info("node %s: stopped acting (leadership lost or shutting down)", node, extra={"node": node})
-            except KubeError as e:
-                log.error("node %s: API error %s; resuming on a later reconcile", node, e, extra={"node": node})
-            except Exception:
-                log.exception("node %s: actuation crashed; resuming on a later reconcile", node)
-            finally:
-                now = self.clock()
-                with self._lock:
-                    if failed:
-                        n = self.resume_after.get(node, (0.0, 0))[1] + 1
-                        self.resume_after[node] = (now + min(300.0, self.settings.resync_interval_s * 2 ** (n - 1)), n)
-                    else:
-                        self.resume_after.pop(node, None)
-                    if target is not None:
-                        for p in target.pods:  # reserved while in flight; settle after success
-                            if outcome == "succeeded":
-                                self.settled[p] = now + self.settings.settle_s
-                            else:
-                                self.settled.pop(p, None)
-                    if self.workers.get(node) is threading.current_thread():
-                        del self.workers[node]
-                self.trigger(self.settings.debounce_s)
-
-        t = threading.Thread(target=run, name=f"actuate-{node}", daemon=True)
-        with self._lock:
-            self.workers[node] = t
-        t.start()
