@@ -11,6 +11,7 @@ is the pod's smallest (`Shapes.smallest`): what migctl's webhook writes for a VR
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Set as AbstractSet
 
 from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.sim.mig import Sim
@@ -29,7 +30,7 @@ def bind_free(sim: Sim) -> None:
         bind_one(sim, ji)
 
 
-def bind_one(sim: Sim, ji: int, avoid: frozenset[int] | set[int] = frozenset()) -> bool:
+def bind_one(sim: Sim, ji: int, avoid: AbstractSet[int] = frozenset()) -> bool:
     """Bind pending pod `ji` as kube-scheduler would (`bind_free`), on no GPU of `avoid`; whether it bound."""
     cl, job = sim.cl, sim.jobs[ji]
     if multi_gpu(job):
