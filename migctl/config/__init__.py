@@ -109,6 +109,20 @@ class ControllerSettings(BaseModel):
         "planned again elsewhere while kube-scheduler binds them.",
     )
 
+    queue_gate: bool = Field(
+        False,
+        description="The webhook adds the scheduling gate migctl.io/queue to pods that ask for MIG profiles, and "
+        "the controller lifts it for the pods its plan serves, pinned to the planned node: the plan, not "
+        "kube-scheduler's first come, decides who gets an instance that frees (docs/queue-gate.md). Off: pods "
+        "are never gated (the controller still lifts any gate it finds). Recommended with the in-place path.",
+    )
+    queue_gate_max_hold_s: float = Field(
+        900.0,
+        gt=0,
+        description="A gated pod is released after this long (from its creation) whatever the plan says, so no "
+        "plan holds a pod for longer.",
+    )
+
     # -- guard rails ---------------------------------------------------------------------------------------
     max_concurrent_nodes: int = Field(
         4,

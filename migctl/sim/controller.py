@@ -34,6 +34,8 @@ from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.plan import Plan
 from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan
+from migctl.core.queue_gate import lifts
+from migctl.sim import gate
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free
 from migctl.sim.state import Placement
@@ -63,7 +65,7 @@ def job_of(pod_key: str) -> int:
     return int(pod_key.rsplit("/j", 1)[1])
 
 
-def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None) -> Pod:
+def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None, gated: bool = False) -> Pod:
     """The pod as the adapter reads it after migctl's webhook: its smallest profile by name (full instances for
     whole-GPU pods), the webhook's need annotation, priority, creation time = arrival, and for a running pod its
     node and GPU. A pod asks for one profile, so the planner, like kube-scheduler, serves it with that one."""
@@ -84,14 +86,16 @@ def _pod(sim: Sim, ji: int, node: str | None, gpu_index: int | None) -> Pod:
         unschedulable=node is None,
         created=created(job.arrival),
         gpu_index=gpu_index,
+        gated=gated,
     )
 
 
-def snapshot(sim: Sim, taint: str, in_place: bool = False) -> Snapshot:
+def snapshot(sim: Sim, taint: str, in_place: bool = False, lifted: set[int] | None = None) -> Snapshot:
     """The cluster as `snapshot_from_objects` would build it: nodes with per-GPU layouts and usage (the node
     agent's inventory), running pods with their node and GPU, pending pods; nodes in a reconfiguration carry
     migctl's taint (the guard rails' holds are added by `reconcile.freeze`). `in_place`: every node is opted into the
-    in-place path and the agent reports each instance where it sits (`Gpu.instances`)."""
+    in-place path and the agent reports each instance where it sits (`Gpu.instances`). `lifted`: the queue gate
+    is on, and these pending pods no longer carry it (`sim/gate.py`)."""
     cl = sim.cl
     on_node: dict[int, list[tuple[int, int | None]]] = {}
     for ji, units in sim.running.items():
@@ -135,7 +139,7 @@ def snapshot(sim: Sim, taint: str, in_place: bool = False) -> Snapshot:
                 in_place=in_place,
             )
         )
-    pods.extend(_pod(sim, ji, None, None) for ji in sim.pending)
+    pods.extend(_pod(sim, ji, None, None, lifted is not None and gate.held(sim, ji, lifted)) for ji in sim.pending)
     return Snapshot(tuple(nodes), tuple(pods))
 
 
@@ -174,6 +178,8 @@ class Controller(Policy):
         self.burst_at: float | None = None  # a burst lands: plan the pods it held
         self.last_plan: Plan | None = None
         self._memo: tuple[object, Plan] | None = None
+        self.gate = self.settings.queue_gate
+        self.lifted: set[int] = set()  # pending pods whose queue gate the controller lifted
 
     @property
     def rails(self) -> ControllerSettings:
@@ -213,7 +219,10 @@ class Controller(Policy):
         if sim.packing:  # the planner places every pod of the round itself, as before the timeline existed
             self._reconcile(sim, guarded=False)
             return
-        bind_free(sim)
+        if self.gate:
+            gate.bind_ungated(sim, self.lifted)
+        else:
+            bind_free(sim)
         if sim.real_event and self.trigger_at is None:
             self.trigger_at = now + self.settings.debounce_s
         due = [t for t in (self.trigger_at, self.batch_at, self.resync_at, self.burst_at) if t is not None and t <= now]
@@ -245,14 +254,17 @@ class Controller(Policy):
 
     def _reconcile(self, sim: Sim, guarded: bool) -> None:
         """One reconcile, in the order and with the decisions of the live controller's (`controller/reconcile.py`):
-        guard-rail holds as frozen nodes, the burst rule, the plan, the batching window, `decide`."""
+        guard-rail holds as frozen nodes, the burst rule, the plan, the batching window, `decide`, then (with the
+        queue gate) the gates the plan lifts."""
         now, cl = sim.now, sim.cl
         facts = self.facts(sim)
         in_flight = {node_name(n) for n in sim.windows}
-        snap = snapshot(sim, self.planner.reconfigure_taint, in_place=self.in_place)
+        gated = self.gate and guarded
+        snap = snapshot(sim, self.planner.reconfigure_taint, self.in_place, self.lifted if gated else None)
+        whole = snap
         if guarded:
             _, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
-            snap = freeze(snap, frozen)
+            whole = snap = freeze(snap, frozen)
             snap, until = hold_burst(snap, EPOCH_S + now)
             if until is not None:  # a burst still arriving: its wasteful pods wait until it has landed
                 self.burst_at = until - EPOCH_S + 0.01
@@ -275,31 +287,38 @@ class Controller(Policy):
             n = cl.gpus[u[0][0]].node
             if any((n, cl.gpus[gid].index) in changed_gpus for gid, _ in u):
                 by_node.setdefault(n, []).append(Placement(ji, u))
-            elif ji in sim.pending and all(cl.open(gid) and cl.gpus[gid].free[p] > 0 for gid, p in u):
+            elif not gated and ji in sim.pending and all(cl.open(gid) and cl.gpus[gid].free[p] > 0 for gid, p in u):
                 sim.start(Placement(ji, u))  # a free instance kube-scheduler would bind it to anyway
         changed = {n.name: n for n in result.nodes if n.changed}
-        if not changed:
-            return
-        if guarded:
-            demand = frozenset(p.key for p in snap.pending)
-            ready, due, _ = self.windows.observe(result, paths(facts.values(), self.settings), demand, now)
-            if not ready:
-                self.batch_at = None if due is None else due + 0.01
-                return
-            actions = decide(
-                result, "sim", snap, facts, self.settings, now, in_flight=in_flight, evictions_last_hour=0,
-                paused=self.settings.paused, protected_pods=(), previous_configs={},
-            )  # fmt: skip
-            starts = [a.node for a in actions if isinstance(a, Start) and a.path in ready]
-            starts = [] if self.settings.dry_run else starts
-        else:
-            starts = list(changed)
+        starts = self._starts(sim, result, snap, facts, in_flight) if guarded and changed else list(changed)
+        if gated:  # the gates this plan lifts (`core/queue_gate.py`), before the started nodes close
+            lifted = lifts(whole, result, starts, EPOCH_S + now, self.settings.queue_gate_max_hold_s)
+            gate.apply(sim, [(job_of(lift.pod), lift) for lift in lifted], units, self.lifted)
         for name in starts:
             n = int(name[1:])
             layouts = {cl.by_node[n][g.index]: g.target.layout for g in changed[name].gpus if g.changed}
             mine = [pl for pl in by_node.get(n, []) if pl.job in sim.pending]
             sim.reconfigure(n, layouts, mine, self.window_s(sim, layouts))
             self.records.setdefault(n, _Record())
+        if gated:
+            gate.bind_ungated(sim, self.lifted)
+
+    def _starts(
+        self, sim: Sim, result: Plan, snap: Snapshot, facts: dict[str, NodeFacts], in_flight: set[str]
+    ) -> list[str]:
+        """The changed nodes whose change starts now: the path's batching window has closed and `decide` says so."""
+        now = sim.now
+        demand = frozenset(p.key for p in snap.pending)
+        ready, due, _ = self.windows.observe(result, paths(facts.values(), self.settings), demand, now)
+        if not ready:
+            self.batch_at = None if due is None else due + 0.01
+            return []
+        actions = decide(
+            result, "sim", snap, facts, self.settings, now, in_flight=in_flight, evictions_last_hour=0,
+            paused=self.settings.paused, protected_pods=(), previous_configs={},
+        )  # fmt: skip
+        starts = [a.node for a in actions if isinstance(a, Start) and a.path in ready]
+        return [] if self.settings.dry_run else starts
 
     def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
         """How long a change holds its node; None: a relabel, drawn by the simulator (`ReconfigTime`)."""
@@ -315,7 +334,8 @@ class InPlaceController(Controller):
     (`migctl.core.inplace.reach.reach`), and flips the device plugin's config label; the controller removes the
     taint once allocatable lists the new instances. No pod lands on the node meanwhile: the window is the
     agent's NVML operations plus the re-advertise window (`InPlaceTime`). The controller's guard rails are the
-    same settings as `migctl run` reads (`ControllerSettings`), decided by `controller/guards.py`."""
+    same settings as `migctl run` reads (`ControllerSettings`), decided by `controller/guards.py`. The queue gate
+    is on (`controller.queue_gate`, recommended with the in-place path) unless the config sets it."""
 
     name = "migctl-inplace"
     in_place = True
@@ -329,6 +349,8 @@ class InPlaceController(Controller):
     ) -> None:
         super().__init__(planner, controller)
         self.timing = timing or InPlaceTime()
+        # the in-place configuration docs/queue-gate.md recommends; a config that sets queue_gate decides
+        self.gate = self.settings.queue_gate if "queue_gate" in self.settings.model_fields_set else True
 
     def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
         instances = sum(sim.cl.operations(gid, lay) for gid, lay in layouts.items())

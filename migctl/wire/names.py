@@ -58,6 +58,11 @@ GPU_UUID = PREFIX + "gpu-uuid"
 VISIBLE_DEVICES = PREFIX + "visible-devices"  # UUID when known, else the index: for NVIDIA_VISIBLE_DEVICES
 FALLBACK_SCHEDULER = "migctl"  # the spec.schedulerName of pods the fallback places
 
+# The queue gate (docs/queue-gate.md): the webhook adds this scheduling gate to MIG-profile pods, the controller
+# removes it for the pods its plan serves (`spec.schedulingGates`, Kubernetes 1.30+).
+QUEUE_GATE = PREFIX + "queue"
+HOSTNAME = "kubernetes.io/hostname"  # the label a lifted pod is pinned to its planned node with
+
 WEBHOOK_NAME = "vram." + PREFIX.rstrip("/")  # the webhook's name inside its MutatingWebhookConfiguration
 
 # -- Kubernetes' recommended labels on the objects migctl creates ------------------------------------------------

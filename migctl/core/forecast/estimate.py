@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 from migctl.core.hardware.catalog import GpuModel, Profile
 from migctl.core.model.cluster import GpuDemand, Pod, Snapshot
@@ -190,7 +189,7 @@ def burst_hold(snapshot: Snapshot, now: float) -> Burst | None:
     if not models:
         return None
     model = max(models, key=lambda m: m.full_profile.memory_mib)  # what the burst's pods are measured on
-    times = sorted({t for p in _gpu_pods(snapshot.pods) if (t := _epoch_s(p.created)) is not None})
+    times = sorted({t for p in _gpu_pods(snapshot.pods) if (t := p.created_s) is not None})
     if not times or now - times[-1] >= BURST_QUIET_S:
         return None
     start = len(times) - 1
@@ -213,12 +212,3 @@ def _wasteful(model: GpuModel, pod: Pod) -> bool:
         if mib - need_mib(d, mib, pod.need_mib) > BURST_WASTE * mib:
             return True
     return False
-
-
-def _epoch_s(created: str) -> float | None:
-    """A creationTimestamp (RFC 3339, as the API server writes it) in seconds since the epoch; None if unreadable."""
-    try:
-        stamp = datetime.fromisoformat(created.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp.timestamp() if stamp.tzinfo is not None else None

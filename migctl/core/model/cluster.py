@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from typing import Literal
 
@@ -137,6 +138,7 @@ class Pod:
     created: str = ""
     scheduler_name: str = "default-scheduler"
     gpu_index: int | None = None  # which GPU a running pod uses, when the node agent says so
+    gated: bool = False  # carries migctl's queue gate (`wire.names.QUEUE_GATE`): kube-scheduler ignores it
 
     @cached_property
     def key(self) -> str:
@@ -146,6 +148,10 @@ class Pod:
     @property
     def pending(self) -> bool:
         return self.node is None and self.phase == "Pending"
+
+    @property
+    def created_s(self) -> float | None:
+        return epoch_s(self.created)
 
     @property
     def units(self) -> int:
@@ -225,3 +231,12 @@ class Snapshot:
     def mig_gpus(self) -> int:
         """GPUs of a MIG-capable model: the size the planner's size limits count (`ExactSettings`, search budgets)."""
         return sum(len(n.gpus) for n in self.nodes if n.model is not None)
+
+
+def epoch_s(created: str) -> float | None:
+    """A creationTimestamp (RFC 3339, as the API server writes it) in seconds since the epoch; None if unreadable."""
+    try:
+        stamp = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None
