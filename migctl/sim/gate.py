@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from migctl.core.queue_gate import SERVED, STARTED, Lift
 from migctl.sim.mig import Sim
-from migctl.sim.scheduler import bind_one
+from migctl.sim.scheduler import bind_one, multi_gpu
 from migctl.sim.state import Placement
 
 
@@ -36,14 +36,18 @@ def apply(sim: Sim, lifts: list[tuple[int, Lift]], units: dict[int, list[tuple[i
         if lift.reason == STARTED or ji not in sim.pending:
             continue
         u = units.get(ji)
-        if lift.reason != SERVED or u is None:
+        if lift.node is None:
             continue
-        if len(u) > 1:  # several units: the planner's instances, all on the pinned node
+        if u is not None and len(u) > 1:  # several units: the planner's instances, all on the pinned node
             if all(cl.open(gid) and cl.gpus[gid].free[p] > 0 for gid, p in u):
                 sim.start(Placement(ji, u))
             continue
-        p = u[0][1]
-        node = cl.gpus[u[0][0]].node
+        if multi_gpu(sim.jobs[ji]):
+            continue
+        p = cl.shapes.smallest(sim.jobs[ji])
+        if p is None:
+            continue
+        node = int(lift.node[1:])
         gid = next((g for g in cl.by_node[node] if cl.gpus[g].free[p] > 0 and cl.open(g)), None)
         if gid is not None:
             sim.start(Placement(ji, [(gid, p)]))

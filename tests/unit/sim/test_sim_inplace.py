@@ -26,14 +26,17 @@ def _inplace(readvertise_s: float) -> InPlaceController:
     return InPlaceController(controller=ControllerSettings(), timing=InPlaceTime(readvertise_s, 0.0))
 
 
+@pytest.mark.parametrize("gate", [False, True])
 @pytest.mark.parametrize("readvertise_s", [5.0, 30.0])
-def test_a_pod_arriving_during_the_re_advertise_window_waits_for_it(readvertise_s: float) -> None:
+def test_a_pod_arriving_during_the_re_advertise_window_waits_for_it(readvertise_s: float, gate: bool) -> None:
     # one node, two GPUs cut all-1g. A (15 GiB) needs a 3g.20gb cut in place on one of them; B (3 GiB) arrives
     # while the node is held and asks for a 1g.5gb, which the other GPU has free before, during and after the
-    # change: B lands only when the window closes (no pre-shaping, so the other GPU stays as it is)
+    # change: B lands only when the window closes (no pre-shaping, so the other GPU stays as it is). With the
+    # queue gate, B is released by the reconcile the window's end triggers, debounce_s later
+    settings = ControllerSettings(queue_gate=gate)
+
     def inplace() -> InPlaceController:
-        return InPlaceController(PlannerSettings(preshape=False), ControllerSettings(),
-                                 timing=InPlaceTime(readvertise_s, 0.0))  # fmt: skip
+        return InPlaceController(PlannerSettings(preshape=False), settings, timing=InPlaceTime(readvertise_s, 0.0))
 
     a = Job("a", 15 * GIB, arrival=0.0, duration=5000.0)
     alone = simulate([a], [2], A100, inplace(), initial=ALL_1G)
@@ -43,7 +46,8 @@ def test_a_pod_arriving_during_the_re_advertise_window_waits_for_it(readvertise_
     both = simulate([a, b], [2], A100, inplace(), initial=ALL_1G)
     assert both.window_log == alone.window_log  # B needed no change of its own
     assert both.placed == 2
-    assert both.wait_s[1] == pytest.approx(end - b.arrival)  # B started when the window closed, not on arrival
+    lift = settings.debounce_s if gate else 0.0
+    assert both.wait_s[1] == pytest.approx(end - b.arrival + lift)  # B started when the window closed, not on arrival
 
 
 def test_in_place_timing_counts_two_operations_per_instance_and_the_window() -> None:
