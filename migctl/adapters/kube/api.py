@@ -9,6 +9,7 @@ retries that against its own eviction timeout).
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -163,12 +164,11 @@ class KubeApi(ApiCalls):
             if ops is None:
                 return "ungated"
             try:
-                self.call(
-                    f"lift gate of pod {namespace}/{name}",
-                    lambda: self.core.patch_namespaced_pod(
-                        name, namespace, ops, _content_type=JSON_PATCH, _request_timeout=self.timeout_s
-                    ),
-                )
+                patch = functools.partial(
+                    self.core.patch_namespaced_pod,
+                    name, namespace, ops, _content_type=JSON_PATCH, _request_timeout=self.timeout_s,
+                )  # fmt: skip
+                self.call(f"lift gate of pod {namespace}/{name}", patch)
             except NotFoundError:
                 return "gone"
             except KubeError as e:
