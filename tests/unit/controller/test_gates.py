@@ -116,5 +116,3 @@ def test_no_gate_no_lift() -> None:
     c = controller(fake, clock)
     c.reconcile()
     assert not any(call.startswith("lift_gate") for call in fake.calls) and lifted(c, "served") == 0
-
-_ = FakeCache  # the controller() helper builds it
