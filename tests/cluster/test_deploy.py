@@ -169,6 +169,7 @@ WEBHOOK_CONFIGS = {
         "--set", "config.webhook.configuration_name=vram-hook",
         "--set", "config.planner.vram_resource=example.com/gpu-memory",
     ],
+    "queue-gate": ["--set", "webhook.enabled=true", "--set", "config.controller.queue_gate=true"],
 }  # fmt: skip
 
 
@@ -192,8 +193,10 @@ def test_chart_webhook_configuration_is_the_one_migctl_expects(helm: Path, tmp_p
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["ops", "kube-system"]}
         ],
         planner=cfg.planner,
+        queue_gate=cfg.controller.queue_gate,
     )
     assert rendered["webhooks"] == expected["webhooks"]
+    assert ("nvidia.com/mig-" in str(rendered["webhooks"])) == ("config.controller.queue_gate=true" in values)
     if "config.webhook.path=/admit/vram" in values:  # the non-default values really arrived
         assert cfg.webhook.path == "/admit/vram" and "example.com/gpu-memory" in str(rendered["webhooks"])
     c = one(objs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]
