@@ -434,6 +434,8 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
         (ctl, "create", "pods/eviction", "team-a", "p1", "", True),
         (ctl, "create", "events", "team-a", "", "", True),
         (ctl, "create", "events", "default", "", "", True),
+        (ctl, "get", "pods", "team-a", "p1", "", True),  # the queue gate: read, then lift with a JSON patch
+        (ctl, "patch", "pods", "team-a", "p1", "", True),
         # controller: its ConfigMap (by name, in the operator namespace) and the operator's (read only)
         (ctl, "get", "configmaps", op, C, "", True),
         (ctl, "list", "configmaps", op, C, "", True),
@@ -452,7 +454,6 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
         (ctl, "delete", "pods", "team-a", "p1", "", False),
         (ctl, "deletecollection", "pods", "team-a", "", "", False),
         (ctl, "create", "pods", "team-a", "", "", False),
-        (ctl, "patch", "pods", "team-a", "p1", "", False),
         (ctl, "update", "nodes", "", "n1", "", False),
         (ctl, "delete", "nodes", "", "n1", "", False),
         (ctl, "patch", "nodes/status", "", "n1", "", False),
@@ -515,6 +516,10 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
         (wh, "get", "secrets", other, "migctl-webhook-tls", "", False),
         (wh, "create", "secrets", other, "", "", False),
         (wh, "patch", "pods", "team-a", "p1", "", False),
+        (wh, "get", lease[1], ns, "migctl", lease[0], True),  # is the controller alive (the queue gate)?
+        (wh, "update", lease[1], ns, "migctl", lease[0], False),
+        (wh, "get", lease[1], ns, "other-lease", lease[0], False),
+        (wh, "list", lease[1], ns, "", lease[0], False),
         (wh, "update", "configmaps", op, L, "", False),
         (wh, "patch", "nodes", "", "n1", "", False),
     ]  # fmt: skip
