@@ -27,6 +27,7 @@ from migctl.webhook.lease import LeaseWatch
 from migctl.webhook.server import WebhookServer
 from migctl.webhook.tls import ServingContext
 from migctl.webhook.view import ClusterView
+from migctl.wire.names import QUEUE_GATE
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ class Webhook:
                 and self.settings.events
                 and not outcome.dry_run  # sideEffects: NoneOnDryRun
             ):
-                self.events.submit(str(req.get("namespace") or ""), outcome.pod, str(req.get("uid")), d.message)
+                note = f"; scheduling gate {QUEUE_GATE} added (migctl's plan releases it)" if outcome.gated else ""
+                self.events.submit(str(req.get("namespace") or ""), outcome.pod, str(req.get("uid")), d.message + note)
         return outcome.response
 
     # -- lifecycle ----------------------------------------------------------------------------------------

@@ -168,6 +168,12 @@ def test_the_webhook_gates_only_with_the_setting_and_a_fresh_lease() -> None:
     assert "patch" not in app.admit(admission_review(pod()))["response"]  # not read yet: fail open
     app.lease.refresh()
     assert "patch" in app.admit(admission_review(pod()))["response"]
+    notes: list[str] = []
+    app.events.submit = lambda ns, p, uid, message: notes.append(message)  # type: ignore[method-assign]
+    app.admit(admission_review(vram_pod()))  # a rewrite and a gate: the pod's Event says both
+    assert len(notes) == 1 and f"scheduling gate {QUEUE_GATE} added" in notes[0]
     api.lease = lease(10_000)
     app.lease.refresh()
     assert "patch" not in app.admit(admission_review(pod()))["response"]
+    app.admit(admission_review(vram_pod()))
+    assert len(notes) == 2 and QUEUE_GATE not in notes[1]
