@@ -16,10 +16,12 @@ from migctl.adapters.pods import pod_from_object
 from migctl.config import ControllerSettings, LeaderElectionSettings
 from migctl.core.model.settings import PlannerSettings
 from migctl.core.vram.decide import VramRules
+from migctl.core.vram.offers import OfferIndex
 from migctl.webhook.admission import apply_patch, review
 from migctl.webhook.app import Webhook
 from migctl.webhook.configuration import match_conditions
 from migctl.webhook.lease import LeaseWatch, fresh
+from migctl.webhook.view import Summary
 from migctl.wire.names import QUEUE_GATE, WEBHOOK_OPT_OUT
 from tests.unit.webhook.test_webhook import CATALOG, OFFERS, admission_review, vram_pod
 
@@ -169,6 +171,7 @@ def test_the_webhook_gates_only_with_the_setting_and_a_fresh_lease() -> None:
     app.lease.refresh()
     assert "patch" in app.admit(admission_review(pod()))["response"]
     notes: list[str] = []
+    app.view.summary = Summary(OfferIndex(OFFERS))
     app.events.submit = lambda ns, p, uid, message: notes.append(message)  # type: ignore[method-assign]
     app.admit(admission_review(vram_pod()))  # a rewrite and a gate: the pod's Event says both
     assert len(notes) == 1 and f"scheduling gate {QUEUE_GATE} added" in notes[0]
