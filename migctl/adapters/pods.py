@@ -25,7 +25,7 @@ from migctl.core.text import label_values
 from migctl.core.text.label_values import MAX_GPUS_PER_NODE, MAX_INSTANCES_PER_POD
 from migctl.core.text.quantity import MIB, parse_quantity, to_count
 from migctl.wire.names import GPU_INDEX as GPU_INDEX_ANNOTATION  # written by migctl's fallback scheduler
-from migctl.wire.names import WHOLE_GPU_RESOURCE, is_nvidia
+from migctl.wire.names import QUEUE_GATE, WHOLE_GPU_RESOURCE, is_nvidia
 
 _INT = re.compile(r"^-?[0-9]{1,10}$")
 _dumps = marshal.dumps
@@ -261,7 +261,30 @@ def pod_from_object(
         created=str(meta.get("creationTimestamp") or ""),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         gpu_index=_gpu_index(annotations),
+        gated=False if bound else _gated(spec),
     )
+
+
+def _gated(spec: Mapping[str, Any]) -> bool:
+    """Whether `spec.schedulingGates` holds migctl's queue gate. Read strictly (each gate an object with a
+    non-empty string `name`): a malformed list is that pod's rejection, naming the field. A bound pod's gates are
+    never read (the API server allows none once a pod has a node, and they cannot matter then)."""
+    gates = spec.get("schedulingGates")
+    if gates is None:
+        return False
+    found = False
+    for i, g in enumerate(maps(gates, "spec.schedulingGates")):
+        name = g.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"spec.schedulingGates[{i}].name: {short(name)}; expected a gate name")
+        found = found or name == QUEUE_GATE
+    return found
+
+
+def gpu_demand(obj: Mapping[str, Any], vram_resource: str) -> tuple[GpuDemand, ...]:
+    """A pending pod's GPU demand as the planner reads it (the one request parser); raises ValueError or
+    TypeError naming the field when a request cannot be read. For the webhook, which gates profile pods."""
+    return _requests(mapping(obj.get("spec"), "spec"), None, None, vram_resource)[0]
 
 
 def _said(notes: list[str] | None, doubts: Doubts | None) -> tuple[int, int]:

@@ -44,6 +44,7 @@ def webhook_command(
         settings,
         cfg.planner,
         cfg.gpu_operator,
+        cfg.controller,
     )
     stop = stop_on_signals()
     app.serve(stop)

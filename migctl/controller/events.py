@@ -28,6 +28,7 @@ RECONFIGURED = "MigctlReconfigured"
 ROLLED_BACK = "MigctlRolledBack"
 NEEDS_ATTENTION = "MigctlNeedsAttention"
 IN_PLACE_REFUSED = "MigctlInPlaceRefused"  # an in-place node where mig-manager or another MIG manager runs
+GATE_LIFTED = "MigctlGateLifted"  # the queue gate lifted: why, and the node the pod is pinned to
 INVALID = "MigctlInvalid"  # an object migctl cannot read: which field, which value, what was expected
 
 

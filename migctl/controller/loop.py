@@ -38,6 +38,7 @@ from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.events import EventSink
+from migctl.controller.gates import TAINTED_STEPS, Gates, unplanned
 from migctl.controller.guards import EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
@@ -95,6 +96,7 @@ class Controller(Workers):
         self.kube = self._connect(self._stop)  # reads and Events
         self.events = EventSink(self.kube, self.identity)
         self.reporter = Reporter(self.metrics, self.events, self.settings)
+        self.gates = Gates(self.metrics, self.events, self.settings.queue_gate_max_hold_s)
         self.in_place_selector = self.settings.in_place_selector  # one object: the conversion memo's key
         self.ledger = EvictionLedger()
         self.cache: ObjectCache = cache or ClusterCache(
@@ -221,9 +223,10 @@ class Controller(Workers):
             metrics=self.metrics,
             ledger=self.ledger,
             stop=self.term_stop,
-            hook=self.hook,
+            hook=self._step,
             clock=self.clock,
         )
+        self.gates.kube = kube
         if not self.settings.dry_run:
             try:
                 self.actuator.configmaps.ensure_exists()
@@ -237,6 +240,13 @@ class Controller(Workers):
         self.metrics.leader.set(1)
         log.info("acting as leader (%s)%s", self.identity, " in dry run" if self.settings.dry_run else "")
         self.trigger(0)
+
+    def _step(self, node: str, step: str) -> None:
+        """The actuator's hook: the queue gate's lifts that wait for a node's taint, then the caller's hook."""
+        if step in TAINTED_STEPS:
+            self.gates.on_step(node, step)
+        if self.hook is not None:
+            self.hook(node, step)
 
     def _stopped_leading(self) -> None:
         self.term_stop.set()
@@ -329,7 +339,7 @@ class Controller(Workers):
             self.cache, self.config, self.catalog, self.conversions, reserved, self.in_place_selector
         )
         refused, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
-        snapshot = freeze(snapshot, frozen)
+        whole = snapshot = freeze(snapshot, frozen)  # the queue gate's rule needs every gated pod
         snapshot, burst_until = hold_burst(snapshot, now)
         if burst_until is not None:  # a burst still arriving: look again once it has landed
             self.trigger(max(0.0, burst_until - now) + 0.01, job_id="burst")
@@ -346,9 +356,11 @@ class Controller(Workers):
                 self.reporter.note(u.pod, ev.NOT_PLANNED, f"not planned: {u.reason}")
         if due is not None:
             self.trigger(max(0.0, due - now) + 0.01, job_id="batch")
+        strays = unplanned(self.cache.objects(), {p.key for p in whole.pods} | reserved)
         if not ready:
             if any(n.changed for n in result.nodes):
                 log.debug("plan %s waits for the batching window (demand %d pods)", plan_id, len(demand))
+            self.gates.reconcile(whole, result, (), now, paused or self.settings.dry_run, strays, in_flight)
             return
         actions = decide(
             result, plan_id, snapshot, facts, self.settings, now,
@@ -359,6 +371,8 @@ class Controller(Workers):
         self.last_plan_id = plan_id
         self.last_decisions = [(a.node, isinstance(a, Start), a.reason) for a in actions]
         self.metrics.held.set(sum(1 for a in actions if not isinstance(a, Start)))
+        starting = set() if self.settings.dry_run else {a.node for a in actions if isinstance(a, Start)}
+        self.gates.reconcile(whole, result, starting, now, paused or self.settings.dry_run, strays, in_flight)
         cached = {str(_meta(n).get("name")): n for n in nodes}
         for a in actions:
             extra = {"plan_id": plan_id, "node": a.node, "decision": "start" if isinstance(a, Start) else "hold"}

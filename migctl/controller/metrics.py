@@ -59,6 +59,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.gate_lifts = Counter(
+            "migctl_queue_gate_lifts",
+            "Queue gates (migctl.io/queue) the controller lifted, by reason: served, started, leftover, overdue, "
+            "released (paused or dry run), unplanned (a pod migctl does not plan)",
+            ["reason"],
+            registry=r,
+        )
         self.evictions = Counter("migctl_evictions", "Pods evicted through the Eviction API", registry=r)
         self.leader = Gauge("migctl_leader", "1 while this replica holds the Lease and acts", registry=r)
         self.in_flight = Gauge("migctl_nodes_reconfiguring", "Nodes being reconfigured now", registry=r)

@@ -1,8 +1,10 @@
 """AdmissionReview v1 in, AdmissionReview v1 out (a JSONPatch when the pod is rewritten). No I/O here.
 
 Only CREATE of core/v1 Pods is looked at (the webhook configuration asks for nothing else); anything else is
-allowed unchanged. A decision to reject becomes `allowed: false` with the message and HTTP-style code 403 in
-`status`, which kubectl prints as `admission webhook "..." denied the request: <message>`.
+allowed unchanged. With the queue gate on (and the controller alive, which the caller decides: `app.py`), a pod
+whose every GPU demand, after the VRAM rewrite, is a MIG profile also gets migctl's scheduling gate
+(`gate_reason`, docs/queue-gate.md). A decision to reject becomes `allowed: false` with the message and HTTP-style
+code 403 in `status`, which kubectl prints as `admission webhook "..." denied the request: <message>`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from migctl.adapters.pod_rewrite import apply
-from migctl.adapters.pods import placement_from_object
+from migctl.adapters.pods import gpu_demand, placement_from_object
 from migctl.adapters.requests import vram_asks
 from migctl.core.model.cluster import Pod
 from migctl.core.vram.decide import VramDecision, VramRules, decide
 from migctl.core.vram.offers import ModelOffer, OfferIndex
+from migctl.wire.names import QUEUE_GATE
 from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
 API_VERSION = "admission.k8s.io/v1"
@@ -36,6 +39,7 @@ class Outcome:
     decision: VramDecision | None = None
     pod: dict[str, Any] | None = None
     dry_run: bool = False
+    gated: bool = False  # the patch adds migctl's queue gate
 
 
 def _escape(token: str) -> str:
@@ -86,13 +90,50 @@ def _response(uid: str, allowed: bool = True, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": allowed, **extra}}
 
 
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def gate_reason(pod: Mapping[str, Any], rules: VramRules, namespace_labels: Mapping[str, str] | None) -> str:
+    """Why `pod` (as admitted, after any VRAM rewrite) gets no queue gate; "" when it gets one: every GPU demand
+    a MIG profile (the planner's own reading of its requests), no nodeName (the API server refuses gates with
+    one), the default scheduler's, not gated yet, and neither it nor its namespace opted out of the webhook."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if (meta.get("annotations") or {}).get(rules.opt_out_key) == rules.opt_out_value:
+        return f"the pod is annotated {rules.opt_out_key}={rules.opt_out_value}"
+    if (namespace_labels or {}).get(rules.opt_out_key) == rules.opt_out_value:
+        return f"the namespace is labelled {rules.opt_out_key}={rules.opt_out_value}"
+    if spec.get("nodeName"):
+        return "it names its node"
+    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+        return f"schedulerName {spec.get('schedulerName')}"
+    gates = spec.get("schedulingGates")
+    if gates is not None and not isinstance(gates, list):
+        return "unreadable spec.schedulingGates"
+    if any(isinstance(g, Mapping) and g.get("name") == QUEUE_GATE for g in gates or ()):
+        return "already gated"
+    try:
+        demands = gpu_demand(pod, rules.resource)
+    except (ValueError, TypeError) as e:
+        return f"unreadable GPU requests: {e}"
+    if not demands or any(d.kind != "profile" for d in demands):
+        return "it does not ask for MIG profiles only"
+    return ""
+
+
+def _gate(pod: dict[str, Any]) -> None:
+    spec = pod.setdefault("spec", {})
+    spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": QUEUE_GATE}]
+
+
 def review(
     body: Any,
     offers: Sequence[ModelOffer] | OfferIndex,
     rules: VramRules,
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _ns: None,
+    queue_gate: bool = False,
 ) -> Outcome:
-    """Answer one AdmissionReview. Raises BadReviewError for a body that is not one."""
+    """Answer one AdmissionReview. Raises BadReviewError for a body that is not one. `queue_gate`: gate the pods
+    `gate_reason` allows (the setting is on and the controller is alive)."""
     if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
         raise BadReviewError("expected an AdmissionReview object")
     if body.get("apiVersion") != API_VERSION:
@@ -116,19 +157,25 @@ def review(
         placement: Pod | str = placement_from_object(pod)
     except (ValueError, KeyError, TypeError) as e:
         placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"  # matters only for VRAM pods
-    decision = decide(pod, vram_asks(pod, rules.resource), placement, offers, rules, namespace_labels(namespace))
+    labels = namespace_labels(namespace)
+    decision = decide(pod, vram_asks(pod, rules.resource), placement, offers, rules, labels)
     dry_run = bool(req.get("dryRun"))
-    if decision.action == "leave":
+    if decision.action == "leave" and not queue_gate:
         return Outcome(_response(uid), decision, None, dry_run)
     if decision.action == "reject":
         status = {"code": 403, "reason": "Forbidden", "message": decision.message}
         return Outcome(_response(uid, False, status=status), decision, None, dry_run)
-    new = apply(pod, decision, rules)
-    if not (pod.get("metadata") or {}).get("name"):  # generateName: the Event sender finds the pod by this uid
-        annotations = new["metadata"]["annotations"]
+    new = apply(pod, decision, rules) if decision.action == "rewrite" else json.loads(json.dumps(pod))
+    if decision.action == "rewrite" and not (pod.get("metadata") or {}).get("name"):
+        annotations = new["metadata"]["annotations"]  # generateName: the Event sender finds the pod by this uid
         record = json.loads(annotations[CHOICE_ANNOTATION])
         record["admission"] = uid
         annotations[CHOICE_ANNOTATION] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    gated = queue_gate and not gate_reason(new, rules, labels)
+    if gated:
+        _gate(new)
+    elif decision.action == "leave":
+        return Outcome(_response(uid), decision, None, dry_run)
     patch = json_patch(pod, new)
     encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
-    return Outcome(_response(uid, True, patchType="JSONPatch", patch=encoded), decision, new, dry_run)
+    return Outcome(_response(uid, True, patchType="JSONPatch", patch=encoded), decision, new, dry_run, gated)

@@ -2,7 +2,8 @@
 
 `Webhook.start()` returns once the server listens with a certificate (and, best effort, a first view and a
 current caBundle); background threads then refresh the view every `refresh_s` and re-check the certificate
-and the caBundle every `tls.check_interval_s`. `stop()` ends them all. The tests run it in-process.
+and the caBundle every `tls.check_interval_s`, and with the queue gate on read the controller's Lease
+(`lease.py`: pods are gated only while it is fresh). `stop()` ends them all. The tests run it in-process.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from typing import Any
 
 from migctl.adapters.kube import ApiClient, KubeApi
 from migctl.adapters.kube.errors import KubeError
+from migctl.config import ControllerSettings
 from migctl.config.webhook import WebhookSettings
 from migctl.core.hardware.catalog import Catalog
 from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
 from migctl.webhook.admission import review
 from migctl.webhook.certs import CertManager
 from migctl.webhook.events import EventSender
+from migctl.webhook.lease import LeaseWatch
 from migctl.webhook.server import WebhookServer
 from migctl.webhook.tls import ServingContext
 from migctl.webhook.view import ClusterView
+from migctl.wire.names import QUEUE_GATE
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,9 @@ class Webhook:
         settings: WebhookSettings | None = None,
         planner: PlannerSettings | None = None,
         operator: GpuOperatorSettings | None = None,
+        controller: ControllerSettings | None = None,
     ) -> None:
+        """`controller`: the controller's settings (`queue_gate`, and the Lease that says it is alive)."""
         self.settings = settings or WebhookSettings()
         self.planner = planner or PlannerSettings()
         self.namespace = os.environ.get("POD_NAMESPACE") or self.settings.namespace
@@ -46,6 +52,8 @@ class Webhook:
         self.certs = CertManager(self.kube, self.settings, self.context, self.namespace)
         self.view = ClusterView(self.kube, catalog, self.planner, operator)
         self.events = EventSender(self.kube, self.settings.event_wait_s)
+        ctl = controller or ControllerSettings()
+        self.lease = LeaseWatch(self.kube, ctl.leader_election) if ctl.queue_gate else None
         self.server: WebhookServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -54,8 +62,13 @@ class Webhook:
 
     def admit(self, body: Any) -> dict[str, Any]:
         summary = self.view.summary
-        outcome = review(body, summary.offers, self.rules, self.view.namespace_labels)
+        gate = self.lease is not None and self.lease.alive()
+        outcome = review(body, summary.offers, self.rules, self.view.namespace_labels, gate)
         d = outcome.decision
+        if outcome.gated:
+            req = body.get("request") or {}
+            meta = (req.get("object") or {}).get("metadata") or {}
+            log.info("pod %s/%s: queue gate added", req.get("namespace"), meta.get("name") or meta.get("generateName"))
         if d is not None:
             req = body.get("request") or {}
             obj = req.get("object") or {}
@@ -69,7 +82,8 @@ class Webhook:
                 and self.settings.events
                 and not outcome.dry_run  # sideEffects: NoneOnDryRun
             ):
-                self.events.submit(str(req.get("namespace") or ""), outcome.pod, str(req.get("uid")), d.message)
+                note = f"; scheduling gate {QUEUE_GATE} added (migctl's plan releases it)" if outcome.gated else ""
+                self.events.submit(str(req.get("namespace") or ""), outcome.pod, str(req.get("uid")), d.message + note)
         return outcome.response
 
     # -- lifecycle ----------------------------------------------------------------------------------------
@@ -92,6 +106,9 @@ class Webhook:
         self.events.start()
         self._every(self.settings.refresh_s, "view", self.view.refresh)
         self._every(self.settings.tls.check_interval_s, "certificate", self.certs.sync)
+        if self.lease is not None:
+            self.lease.refresh()
+            self._every(self.lease.interval_s, "lease", self.lease.refresh)
         log.info("migctl webhook serving https on %s:%d%s", self.settings.address, self.port, self.settings.path)
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 
 from migctl.config.webhook import WebhookSettings
 from migctl.core.model.settings import PlannerSettings
-from migctl.wire.names import MIGCTL, PART_OF, WEBHOOK_NAME
+from migctl.wire.names import MIG_RESOURCE_PREFIX, MIGCTL, PART_OF, WEBHOOK_NAME
 
 
 def _asks(resource: str) -> str:
@@ -25,16 +25,28 @@ def _asks(resource: str) -> str:
     )
 
 
-def match_conditions(resource: str) -> list[dict[str, str]]:
-    """Only pods with a container or init container asking for `resource` are sent to the webhook.
+def _asks_mig() -> str:
+    """CEL: container `c` names a MIG profile resource (`nvidia.com/mig-<profile>`) in its limits or requests."""
+    p = json.dumps(MIG_RESOURCE_PREFIX)
+    return (
+        f"has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith({p}))) || "
+        f"(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith({p}))))"
+    )
+
+
+def match_conditions(resource: str, queue_gate: bool = False) -> list[dict[str, str]]:
+    """Only pods with a container or init container asking for `resource` are sent to the webhook, and with the
+    queue gate on (`controller.queue_gate`) those asking for a MIG profile too (the webhook gates them).
 
     Every other pod CREATE (the vast majority) never leaves the API server, so a slow or absent webhook costs
     them nothing. The webhook still decides everything else (opt-out, fallback scheduler, invalid values) itself.
     """
     asks = _asks(resource)
+    if queue_gate:
+        asks = f"({asks}) || ({_asks_mig()})"
     return [
         {
-            "name": "asks-for-vram",
+            "name": "asks-for-vram-or-mig" if queue_gate else "asks-for-vram",
             "expression": f"(has(object.spec.containers) && object.spec.containers.exists(c, {asks})) || "
             f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, {asks}))",
         }
@@ -48,8 +60,10 @@ def webhook_configuration(
     ca_pem: bytes | None = None,
     extra_namespace_expressions: Sequence[Mapping[str, Any]] = (),
     planner: PlannerSettings | None = None,
+    queue_gate: bool = False,
 ) -> dict[str, Any]:
     """`client_config`: `{"url": ...}` or `{"service": {...}}`; the caBundle is added when `ca_pem` is given.
+    `queue_gate`: `controller.queue_gate` (pods asking for MIG profiles are sent too).
 
     Pods only, CREATE only, and only those asking for VRAM (`matchConditions`). Namespaces labelled
     `<opt_out_key>=<opt_out_value>` are never sent (namespaceSelector), so an outage cannot touch them either.
@@ -89,7 +103,7 @@ def webhook_configuration(
                         *[dict(e) for e in extra_namespace_expressions],
                     ]
                 },
-                "matchConditions": match_conditions(rules.resource),
+                "matchConditions": match_conditions(rules.resource, queue_gate),
             }
         ],
     }

@@ -169,6 +169,7 @@ WEBHOOK_CONFIGS = {
         "--set", "config.webhook.configuration_name=vram-hook",
         "--set", "config.planner.vram_resource=example.com/gpu-memory",
     ],
+    "queue-gate": ["--set", "webhook.enabled=true", "--set", "config.controller.queue_gate=true"],
 }  # fmt: skip
 
 
@@ -192,8 +193,10 @@ def test_chart_webhook_configuration_is_the_one_migctl_expects(helm: Path, tmp_p
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["ops", "kube-system"]}
         ],
         planner=cfg.planner,
+        queue_gate=cfg.controller.queue_gate,
     )
     assert rendered["webhooks"] == expected["webhooks"]
+    assert ("nvidia.com/mig-" in str(rendered["webhooks"])) == ("config.controller.queue_gate=true" in values)
     if "config.webhook.path=/admit/vram" in values:  # the non-default values really arrived
         assert cfg.webhook.path == "/admit/vram" and "example.com/gpu-memory" in str(rendered["webhooks"])
     c = one(objs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]
@@ -431,6 +434,8 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
         (ctl, "create", "pods/eviction", "team-a", "p1", "", True),
         (ctl, "create", "events", "team-a", "", "", True),
         (ctl, "create", "events", "default", "", "", True),
+        (ctl, "get", "pods", "team-a", "p1", "", True),  # the queue gate: read, then lift with a JSON patch
+        (ctl, "patch", "pods", "team-a", "p1", "", True),
         # controller: its ConfigMap (by name, in the operator namespace) and the operator's (read only)
         (ctl, "get", "configmaps", op, C, "", True),
         (ctl, "list", "configmaps", op, C, "", True),
@@ -449,7 +454,6 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
         (ctl, "delete", "pods", "team-a", "p1", "", False),
         (ctl, "deletecollection", "pods", "team-a", "", "", False),
         (ctl, "create", "pods", "team-a", "", "", False),
-        (ctl, "patch", "pods", "team-a", "p1", "", False),
         (ctl, "update", "nodes", "", "n1", "", False),
         (ctl, "delete", "nodes", "", "n1", "", False),
         (ctl, "patch", "nodes/status", "", "n1", "", False),
@@ -512,6 +516,10 @@ def test_rbac_matrix(api: client.ApiClient, release: Release) -> None:
         (wh, "get", "secrets", other, "migctl-webhook-tls", "", False),
         (wh, "create", "secrets", other, "", "", False),
         (wh, "patch", "pods", "team-a", "p1", "", False),
+        (wh, "get", lease[1], ns, "migctl", lease[0], True),  # is the controller alive (the queue gate)?
+        (wh, "update", lease[1], ns, "migctl", lease[0], False),
+        (wh, "get", lease[1], ns, "other-lease", lease[0], False),
+        (wh, "list", lease[1], ns, "", lease[0], False),
         (wh, "update", "configmaps", op, L, "", False),
         (wh, "patch", "nodes", "", "n1", "", False),
     ]  # fmt: skip

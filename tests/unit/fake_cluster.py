@@ -22,7 +22,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from migctl.adapters.kube.errors import ConflictError, NotFoundError
+from migctl.adapters.kube.api import gate_lift_ops
+from migctl.adapters.kube.errors import ConflictError, KubeError, NotFoundError, PermanentError
 from migctl.adapters.kube.interface import ControllerApi, ObjectCache, ObjectList
 from migctl.core.hardware.naming import resource_name
 from migctl.core.migparted.apply import resolve
@@ -61,6 +62,32 @@ def merge(base: Obj, patch: Obj) -> Obj:
     return out
 
 
+def json_patch(doc: Obj, ops: list[Obj]) -> Obj:
+    """RFC 6902 `test`, `remove` and `add` on a copy of `doc`, as the API server applies a JSON patch: a failed
+    `test` or a missing parent raises PermanentError 422 and changes nothing."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).lstrip("/").split("/")]
+        try:
+            parent: Any = out
+            for p in parts[:-1]:
+                parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+            last = parts[-1]
+            if op["op"] == "test":
+                here = parent[int(last)] if isinstance(parent, list) else parent[last]
+                if here != op["value"]:
+                    raise PermanentError("patch", 422, "Unprocessable Entity", f"test failed at {op['path']}")
+            elif op["op"] == "remove":
+                del parent[int(last) if isinstance(parent, list) else last]
+            elif op["op"] == "add":
+                parent[last] = copy.deepcopy(op["value"])
+            else:
+                raise PermanentError("patch", 422, "Unprocessable Entity", f"unsupported op {op['op']}")
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise PermanentError("patch", 422, "Unprocessable Entity", f"{op['path']}: {e!r}") from e
+    return out
+
+
 def _key(obj: Obj) -> str:
     meta = obj["metadata"]
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
@@ -80,6 +107,7 @@ class FakeCluster:
         self.hang_configs: set[str] = set()
         self.no_capacity_configs: set[str] = set()
         self.mig_parted_key = "config.yaml"
+        self.fail_lifts: set[str] = set()  # pod keys whose gate lift answers 500
         self._rv = 100
         for o in objects:
             self.add(o)
@@ -146,6 +174,21 @@ class FakeCluster:
         if key in self.blocked:
             return "blocked"
         return "evicted" if self.pods.pop(key, None) is not None else "gone"
+
+    def lift_gate(self, namespace: str, name: str, hostname: str | None = None) -> str:
+        key = f"{namespace}/{name}"
+        if key in self.fail_lifts:
+            raise KubeError(f"lift gate of pod {key}", 500, "injected")
+        if key not in self.pods:
+            return "gone"
+        ops = gate_lift_ops(self.pods[key], hostname)
+        if ops is None:
+            return "ungated"
+        new = json_patch(self.pods[key], ops)
+        self._bump(new)
+        self.pods[key] = new
+        self.calls.append(f"lift_gate {key}" + (f" -> {hostname}" if hostname else ""))
+        return "lifted"
 
     def read_configmap(self, namespace: str, name: str) -> Obj | None:
         cm = self.configmaps.get(f"{namespace}/{name}")

@@ -9,6 +9,7 @@ retries that against its own eviction timeout).
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,7 +26,7 @@ from migctl.adapters.kube.errors import (
     translate,
 )
 from migctl.core.model.settings import GpuOperatorSettings
-from migctl.wire.names import COMPONENT, MANAGED_BY, MIGCTL
+from migctl.wire.names import COMPONENT, HOSTNAME, MANAGED_BY, MIGCTL, QUEUE_GATE
 
 log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
@@ -146,6 +147,37 @@ class KubeApi(ApiCalls):
                 name, namespace, body, _preload_content=False, _request_timeout=self.timeout_s
             ),
         )
+
+    def lift_gate(self, namespace: str, name: str, hostname: str | None = None) -> str:
+        """Remove migctl's scheduling gate from a pod, and with `hostname` pin it in the same write
+        (`spec.nodeSelector[kubernetes.io/hostname]`, which a gated pod may gain). One RFC 6902 patch whose `test`
+        op checks the gate's index and name, so a concurrent change of the gates fails the patch (422) instead of
+        removing another gate: then the pod is read again and the patch rebuilt. `lifted`, or `gone` (404) or
+        `ungated` (no migctl gate any more): neither is an error."""
+        self._guard()
+        for _ in range(3):
+            try:
+                pod = self.read_pod(namespace, name)
+            except NotFoundError:
+                return "gone"
+            ops = gate_lift_ops(pod, hostname)
+            if ops is None:
+                return "ungated"
+            try:
+                patch = functools.partial(
+                    self.core.patch_namespaced_pod,
+                    name, namespace, ops, _content_type=JSON_PATCH, _request_timeout=self.timeout_s,
+                )  # fmt: skip
+                self.call(f"lift gate of pod {namespace}/{name}", patch)
+            except NotFoundError:
+                return "gone"
+            except KubeError as e:
+                if e.status != 422:
+                    raise
+                log.info("pod %s/%s: gates changed during the lift (%s); re-reading", namespace, name, e.message)
+                continue
+            return "lifted"
+        raise ConflictError(f"lift gate of pod {namespace}/{name}", 409, "its gates kept changing")
 
     def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
         self._guard()
@@ -319,3 +351,20 @@ class KubeApi(ApiCalls):
         except API_ERRORS as e:
             raise translate(e, f"write lease {namespace}/{name}") from e
         return self.to_dict(lease, "Lease")
+
+
+def gate_lift_ops(pod: Obj, hostname: str | None) -> list[Obj] | None:
+    """The JSON patch `lift_gate` sends for `pod` as read (None: it carries no migctl gate)."""
+    spec = pod.get("spec") or {}
+    names = [g.get("name") if isinstance(g, dict) else None for g in spec.get("schedulingGates") or []]
+    if QUEUE_GATE not in names:
+        return None
+    at = f"/spec/schedulingGates/{names.index(QUEUE_GATE)}"
+    ops: list[Obj] = [{"op": "test", "path": f"{at}/name", "value": QUEUE_GATE}, {"op": "remove", "path": at}]
+    selector = spec.get("nodeSelector") or {}
+    if hostname and selector.get(HOSTNAME) != hostname:
+        if selector:
+            ops.append({"op": "add", "path": "/spec/nodeSelector/" + HOSTNAME.replace("/", "~1"), "value": hostname})
+        else:
+            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME: hostname}})
+    return ops

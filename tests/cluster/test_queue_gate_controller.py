@@ -1,0 +1,88 @@
+"""The queue gate's controller half in the real control plane (test_controller_e2e.py's setup): a gated pod the
+plan serves with a free instance is lifted, pinned to that node (`kubernetes.io/hostname`) and bound there by the
+real kube-scheduler; a gated pod nothing serves stays gated until `queue_gate_max_hold_s`, then is lifted without
+a pin. `controller.queue_gate` stays off: the controller lifts every gate it finds either way."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from migctl.controller.gates import LABELS
+from migctl.controller.loop import Controller
+from migctl.core.model.cluster import epoch_s
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.queue_gate import OVERDUE, SERVED
+from migctl.wire.names import HOSTNAME, QUEUE_GATE
+
+from .gpunodes import create_gpu_node
+from .test_controller_e2e import ALL_1G, GROUP, config_for, mig_pod, running, running_on, seed_configmap
+from .waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+OTHER = "example.com/other"
+
+
+def gated_pod(name: str, namespace: str, profile: str) -> dict[str, Any]:
+    pod = mig_pod(name, namespace, profile)
+    pod["spec"]["schedulingGates"] = [{"name": OTHER}, {"name": QUEUE_GATE}]
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return pod
+
+
+def gates(core: client.CoreV1Api, namespace: str, name: str) -> list[str]:
+    return [g.name for g in core.read_namespaced_pod(name, namespace).spec.scheduling_gates or []]
+
+
+def drop_other_gate(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """Someone else's gate: the test lifts it itself, so only migctl's decides."""
+    ops = [{"op": "test", "path": "/spec/schedulingGates/0/name", "value": OTHER},
+           {"op": "remove", "path": "/spec/schedulingGates/0"}]  # fmt: skip
+    core.patch_namespaced_pod(name, namespace, ops, _content_type="application/json-patch+json")
+
+
+def test_a_served_pod_is_pinned_and_bound_and_an_unserved_one_waits_until_overdue(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    seed_configmap(core, namespace)
+    for suffix in ("a", "b"):
+        name = f"{namespace}-{suffix}"
+        create_gpu_node(core, name, gpus=[GpuConfig.mig({"1g.10gb": 7})], mig_config=ALL_1G,
+                        labels={GROUP: namespace, HOSTNAME: f"host-{name}"})  # fmt: skip
+        node_names.append(name)
+    hold = 6.0
+    ctl = Controller(config_for(namespace, queue_gate_max_hold_s=hold), api, identity="a")
+    with running(ctl, core, namespace):
+        core.create_namespaced_pod(namespace, gated_pod("fits", namespace, "1g.10gb"))
+        core.create_namespaced_pod(namespace, gated_pod("nowhere", namespace, "1g.5gb"))  # an A100 profile
+
+        # served: migctl's gate lifted, the other gate kept, pinned to one of the two nodes by its hostname label
+        wait_for("the gate of `fits` lifted", lambda: gates(core, namespace, "fits") == [OTHER], timeout=20)
+        selector = core.read_namespaced_pod("fits", namespace).spec.node_selector
+        pinned = selector[HOSTNAME].removeprefix("host-")
+        assert pinned in node_names and selector[GROUP] == namespace
+        assert core.read_namespaced_pod("fits", namespace).spec.node_name is None  # still gated (OTHER)
+        drop_other_gate(core, namespace, "fits")
+        bound = wait_for("kube-scheduler to bind `fits`", lambda: running_on(core, namespace, "fits"), timeout=30)
+        assert bound == pinned
+
+        # unserved: still gated while younger than the hold, then lifted without a pin
+        created = epoch_s(core.read_namespaced_pod("nowhere", namespace).metadata.creation_timestamp.isoformat())
+        assert created is not None
+        start = ctl.reconciles
+        wait_for("two more reconciles", lambda: ctl.reconciles >= start + 2, timeout=15)
+        if time.time() < created + hold - 0.5:
+            assert QUEUE_GATE in gates(core, namespace, "nowhere")
+        wait_for("the gate of `nowhere` lifted", lambda: gates(core, namespace, "nowhere") == [OTHER], timeout=30)
+        assert time.time() >= created + hold
+        assert HOSTNAME not in (core.read_namespaced_pod("nowhere", namespace).spec.node_selector or {})
+
+        def lifted(reason: str) -> float:
+            return float(ctl.metrics.gate_lifts.labels(LABELS[reason])._value.get())
+
+        assert (lifted(SERVED), lifted(OVERDUE)) == (1, 1)
+        evs = {(e.involved_object.name, e.reason): e.message for e in core.list_namespaced_event(namespace).items}
+        assert SERVED in evs[("fits", "MigctlGateLifted")] and OVERDUE in evs[("nowhere", "MigctlGateLifted")]
