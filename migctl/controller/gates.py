@@ -2,7 +2,8 @@
 
 The webhook gates pods that ask for MIG profiles (`migctl.io/queue`); kube-scheduler ignores a gated pod. Each
 reconcile, with the snapshot before the burst rule (the rule needs every gated pod) and the plan:
-* a pod the plan serves with instances that exist is released and pinned to the planned node now;
+* a pod that an instance of its profile serves now, first in kube-scheduler's queue order, is released and pinned
+  to that instance's node;
 * a pod the plan serves with a change that starts now (`STARTED`) waits for that node's taint: the worker that
   starts the change lifts it right after its taint write (`on_step`, the actuator's `tainted` steps), so the
   pinned pod can never bind to the node before migctl's taint keeps it off until the new instance exists;
@@ -29,15 +30,14 @@ from migctl.controller.events import EventSink
 from migctl.controller.metrics import Metrics
 from migctl.core.model.cluster import Snapshot
 from migctl.core.model.plan import Plan
-from migctl.core.queue_gate import LEFTOVER, OVERDUE, SERVED, STARTED, Lift, lifts, release_all
+from migctl.core.queue_gate import FREE, OVERDUE, STARTED, Lift, lifts, release_all
 from migctl.wire.names import HOSTNAME, QUEUE_GATE
 
 log = logging.getLogger("migctl.controller.gates")
 
 RELEASED = "migctl is paused or in dry run: it holds nobody"
 UNPLANNED = "migctl does not plan it (opted out, or its spec cannot be read)"
-LABELS = {SERVED: "served", STARTED: "started", LEFTOVER: "leftover", OVERDUE: "overdue", RELEASED: "released",
-          UNPLANNED: "unplanned"}  # fmt: skip
+LABELS = {FREE: "free", STARTED: "started", OVERDUE: "overdue", RELEASED: "released", UNPLANNED: "unplanned"}
 TAINTED_STEPS = frozenset({"tainted", "in-place-tainted"})  # the actuator's steps right after its taint write
 
 

@@ -1,21 +1,24 @@
 """The queue gate: which of the pods that carry migctl's scheduling gate kube-scheduler may bind now.
 
-Why: kube-scheduler binds a pending pod to any free instance of its profile within a second, in its own queue
-order, before a reconcile can look. On a busy node that decides who gets every instance that frees, and an
-older pod that needs a re-cut of it waits behind the younger ones that fit as it is (docs/queue-gate.md, with
-the figures). With the gate (`spec.schedulingGates`, added by migctl's webhook) the plan decides: a gated pod is
-released once the plan serves it and what serves it is there, pinned to the node the plan chose.
+Why: kube-scheduler binds a pending pod to a free instance of its profile within a second of the instance
+freeing, before a reconcile can look. On a busy node that decides the layout: the instance that an older pod
+needs re-cut is taken by the next pod that fits it as it is, and the plan never sees it free (docs/queue-gate.md,
+with the figures). With the gate (`spec.schedulingGates`, added by migctl's webhook) nothing binds before the
+plan has looked: each reconcile plans with every freed instance in view, starts its changes, and only then
+releases pods onto what is free.
 
-The rule, one place for the live controller and the simulator:
-* a pod the plan places on instances that exist now, on GPUs the plan leaves as they are: released, pinned;
-* a pod the plan places on a node whose change starts now: released, pinned; migctl's taint keeps it off the
-  node until the change has made its instance;
-* any other gated pod that an instance the plan leaves unused serves: released without a pin, as kube-scheduler
-  would bind it ungated (the plan left it out, the burst rule held it out of planning, or the change the plan
-  serves it with does not start now: guard rails, the batching window);
-* a pod gated longer than `max_hold_s` (from its creation): released without a pin, whatever the plan says,
-  so a plan that never serves a pod (or a bug in this rule) holds nobody for long;
-* every other gated pod stays: nothing serves it yet, or the change that will has not started.
+Who is released is kube-scheduler's own order, not a second objective: the plan decides layouts, the queue
+decides who gets what exists. At each reconcile:
+* a pod the plan serves with a change on a node whose change starts now: released, pinned to that node; migctl's
+  taint keeps it off until the change has made its instance (`STARTED`);
+* then every pending pod that asks only for MIG profiles, gated or not, in kube-scheduler's queue order
+  (priority, then creation), takes free instances of its profiles on the first node it fits (the scheduler's
+  static rules: selectors, affinity, taints), leaving out the GPUs the plan re-cuts and the nodes whose change
+  starts: a gated pod that finds them is released, pinned to that node (`FREE`); an ungated one (already
+  released, or never gated) only takes them first, as kube-scheduler will bind it;
+* a gated pod held longer than `max_hold_s` (from its creation) is released without a pin, whatever the plan
+  says (`OVERDUE`): no plan holds a pod for longer, and a bug here holds nobody for long;
+* every other gated pod stays: nothing it asks for is free.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from migctl.core.model.cluster import Pod, Snapshot
 from migctl.core.model.placement import static_misfit
 from migctl.core.model.plan import Plan
 
-SERVED = "its instance is free"
+FREE = "an instance of its profile is free"
 STARTED = "its node's change starts"
-LEFTOVER = "an instance the plan leaves unused serves it"
 OVERDUE = "held longer than queue_gate_max_hold_s"
+
+GpuKey = tuple[str, int | None]  # (node, GPU index; None: a node whose per-GPU usage is unknown)
 
 
 @dataclass(frozen=True)
@@ -43,32 +47,35 @@ class Lift:
     reason: str
 
 
+def queue_order(pods: Iterable[Pod]) -> list[Pod]:
+    """Pending pods in kube-scheduler's queue order: priority, then creation."""
+    return sorted((p for p in pods if p.pending), key=lambda p: (-p.priority, p.created, p.key))
+
+
 def gated(pods: Iterable[Pod]) -> list[Pod]:
-    """The pending pods that carry the gate, in kube-scheduler's queue order (priority, then creation)."""
-    return sorted((p for p in pods if p.gated and p.pending), key=lambda p: (-p.priority, p.created, p.key))
+    """The pending pods that carry the gate, in queue order."""
+    return [p for p in queue_order(pods) if p.gated]
 
 
 def lifts(snapshot: Snapshot, plan: Plan, starting: Collection[str], now_s: float, max_hold_s: float) -> list[Lift]:
     """The gated pods of `snapshot` to release now (module docstring). `plan` was made from this snapshot, or from
     it less the pods the burst rule holds; `starting`: the nodes whose change starts with this plan."""
-    changed: set[tuple[str, int | None]] = {(n.name, g.index) for n in plan.nodes for g in n.gpus if g.changed}
-    units: dict[str, list[tuple[str, int | None, str]]] = {}
+    changed: set[GpuKey] = {(n.name, g.index) for n in plan.nodes for g in n.gpus if g.changed}
+    planned: dict[str, list[GpuKey]] = {}
     for a in plan.assignments:
-        units.setdefault(a.pod, []).append((a.node, a.gpu, a.profile))
-    left = _unused(snapshot, plan, changed, starting)
+        planned.setdefault(a.pod, []).append((a.node, a.gpu))
+    free = _free(snapshot, changed, starting)
     out = []
-    for pod in gated(snapshot.pods):
-        mine = units.get(pod.key)
-        if mine:
-            node = mine[0][0]
-            if all((n, g) not in changed for n, g, _ in mine):
-                out.append(Lift(pod.key, node, SERVED))
-                continue
-            if node in starting:
-                out.append(Lift(pod.key, node, STARTED))
-                continue
-        if _take(left, snapshot, pod) is not None:
-            out.append(Lift(pod.key, None, LEFTOVER))
+    for pod in queue_order(snapshot.pods):
+        mine = planned.get(pod.key, [])
+        if pod.gated and mine and mine[0][0] in starting and any(k in changed for k in mine):
+            out.append(Lift(pod.key, mine[0][0], STARTED))
+            continue
+        node = _take(free, snapshot, pod)
+        if not pod.gated:
+            continue
+        if node is not None:
+            out.append(Lift(pod.key, node, FREE))
             continue
         created = pod.created_s
         if created is None or now_s - created >= max_hold_s:
@@ -76,12 +83,10 @@ def lifts(snapshot: Snapshot, plan: Plan, starting: Collection[str], now_s: floa
     return out
 
 
-def _unused(
-    snapshot: Snapshot, plan: Plan, changed: set[tuple[str, int | None]], starting: Collection[str]
-) -> dict[str, Counter[str]]:
-    """Per node, the free instances by profile that the plan neither hands out nor re-cuts (none on a node whose
-    change starts: it is tainted)."""
-    left: dict[str, Counter[str]] = {}
+def _free(snapshot: Snapshot, changed: set[GpuKey], starting: Collection[str]) -> dict[str, Counter[str]]:
+    """Per node, the free instances by profile that the queue may take: none on a node whose change starts (it is
+    being tainted), none on a GPU the plan re-cuts (its free instances are about to go)."""
+    out: dict[str, Counter[str]] = {}
     for node in snapshot.nodes:
         if node.name in starting:
             continue
@@ -89,16 +94,14 @@ def _unused(
         for gpu in node.gpus:
             if (node.name, gpu.index) in changed:
                 free -= Counter(dict(gpu.config.layout)) - Counter(dict(gpu.used or {}))
-        left[node.name] = free
-    for a in plan.assignments:
-        if a.node in left and (a.node, a.gpu) not in changed:
-            left[a.node][a.profile] -= 1
-    return left
+        out[node.name] = free
+    return out
 
 
-def _take(left: dict[str, Counter[str]], snapshot: Snapshot, pod: Pod) -> str | None:
-    """The first node where `pod` passes the scheduler's static rules and the unused instances hold all it asks
-    for (its profile demands; None for any other demand, which the gate does not hold): taken from `left`."""
+def _take(free: dict[str, Counter[str]], snapshot: Snapshot, pod: Pod) -> str | None:
+    """The first node where `pod` passes the scheduler's static rules and `free` holds all the instances it asks
+    for (taken from `free`); None when there is none, or when it asks for anything but MIG profiles (whole GPUs,
+    VRAM: the gate does not hold those)."""
     want: Counter[str] = Counter()
     for d in pod.gpu:
         if d.kind != "profile" or not d.profile:
@@ -107,10 +110,10 @@ def _take(left: dict[str, Counter[str]], snapshot: Snapshot, pod: Pod) -> str | 
     if not want:
         return None
     for node in snapshot.nodes:
-        free = left.get(node.name)
-        if free is None or any(free[p] < c for p, c in want.items()) or static_misfit(pod, node) is not None:
+        have = free.get(node.name)
+        if have is None or any(have[p] < c for p, c in want.items()) or static_misfit(pod, node) is not None:
             continue
-        free.subtract(want)
+        have.subtract(want)
         return node.name
     return None
 

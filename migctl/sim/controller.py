@@ -293,7 +293,7 @@ class Controller(Policy):
         starts = self._starts(sim, result, snap, facts, in_flight) if guarded and changed else list(changed)
         if gated:  # the gates this plan lifts (`core/queue_gate.py`), before the started nodes close
             lifted = lifts(whole, result, starts, EPOCH_S + now, self.settings.queue_gate_max_hold_s)
-            gate.apply(sim, [(job_of(lift.pod), lift) for lift in lifted], units, self.lifted)
+            gate.apply(sim, [(job_of(lift.pod), lift) for lift in lifted], self.lifted)
         for name in starts:
             n = int(name[1:])
             layouts = {cl.by_node[n][g.index]: g.target.layout for g in changed[name].gpus if g.changed}

@@ -1,14 +1,15 @@
 """The queue gate in the simulator (`controller.queue_gate`; the rule is `migctl.core.queue_gate`'s).
 
-A gated pod is one the webhook would gate: it asks for a MIG profile by name. kube-scheduler binds a gated pod
+A gated pod is one the webhook would gate: it asks for MIG profiles by name. kube-scheduler binds a gated pod
 only once the controller has lifted its gate, at a reconcile. A lifted pod binds as kube-scheduler and the
-device plugin would: on the node the lift pins it to, the first GPU there with a free instance of its profile
-(the device plugin, not migctl, picks the instance), or without a pin wherever `bind_one` finds one.
+device plugin would: a pinned one on its node, on the first GPU there with a free instance of its profile (the
+device plugin, not migctl, picks the instance: the first GPU stands in for its choice), one whose node's change
+starts when the change ends (it is among the change's placements), any other wherever `bind_one` finds room.
 """
 
 from __future__ import annotations
 
-from migctl.core.queue_gate import SERVED, STARTED, Lift
+from migctl.core.queue_gate import STARTED, Lift
 from migctl.sim.mig import Sim
 from migctl.sim.scheduler import bind_one, multi_gpu
 from migctl.sim.state import Placement
@@ -26,28 +27,15 @@ def bind_ungated(sim: Sim, lifted: set[int]) -> None:
             bind_one(sim, ji)
 
 
-def apply(sim: Sim, lifts: list[tuple[int, Lift]], units: dict[int, list[tuple[int, str]]], lifted: set[int]) -> None:
-    """Lift the gates: a pod served by free instances binds on its pinned node now; one whose node's change
-    starts binds when it ends (it is among the change's placements); the others bind where kube-scheduler finds
-    an instance (`bind_ungated`)."""
+def apply(sim: Sim, lifts: list[tuple[int, Lift]], lifted: set[int]) -> None:
+    """Lift the gates of `lifts` (job, lift), and bind the pinned single-GPU pods on their node now."""
     cl = sim.cl
     for ji, lift in lifts:
         lifted.add(ji)
-        if lift.reason == STARTED or ji not in sim.pending:
-            continue
-        u = units.get(ji)
-        if lift.node is None:
-            continue
-        if u is not None and len(u) > 1:  # several units: the planner's instances, all on the pinned node
-            if all(cl.open(gid) and cl.gpus[gid].free[p] > 0 for gid, p in u):
-                sim.start(Placement(ji, u))
-            continue
-        if multi_gpu(sim.jobs[ji]):
-            continue
         p = cl.shapes.smallest(sim.jobs[ji])
-        if p is None:
+        if lift.reason == STARTED or lift.node is None or ji not in sim.pending or p is None or multi_gpu(sim.jobs[ji]):
             continue
-        node = int(lift.node[1:])
-        gid = next((g for g in cl.by_node[node] if cl.gpus[g].free[p] > 0 and cl.open(g)), None)
+        ids = cl.by_node[int(lift.node[1:])]
+        gid = next((g for g in ids if cl.gpus[g].free[p] > 0 and cl.open(g)), None)
         if gid is not None:
             sim.start(Placement(ji, [(gid, p)]))

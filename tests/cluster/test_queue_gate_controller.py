@@ -15,7 +15,7 @@ from migctl.controller.gates import LABELS
 from migctl.controller.loop import Controller
 from migctl.core.model.cluster import epoch_s
 from migctl.core.model.gpu_config import GpuConfig
-from migctl.core.queue_gate import OVERDUE, SERVED
+from migctl.core.queue_gate import FREE, OVERDUE
 from migctl.wire.names import HOSTNAME, QUEUE_GATE
 
 from .gpunodes import create_gpu_node
@@ -59,7 +59,7 @@ def test_a_served_pod_is_pinned_and_bound_and_an_unserved_one_waits_until_overdu
         core.create_namespaced_pod(namespace, gated_pod("fits", namespace, "1g.10gb"))
         core.create_namespaced_pod(namespace, gated_pod("nowhere", namespace, "1g.5gb"))  # an A100 profile
 
-        # served: migctl's gate lifted, the other gate kept, pinned to one of the two nodes by its hostname label
+        # free: migctl's gate lifted, the other gate kept, pinned to one of the two nodes by its hostname label
         wait_for("the gate of `fits` lifted", lambda: gates(core, namespace, "fits") == [OTHER], timeout=20)
         selector = core.read_namespaced_pod("fits", namespace).spec.node_selector
         pinned = selector[HOSTNAME].removeprefix("host-")
@@ -83,6 +83,6 @@ def test_a_served_pod_is_pinned_and_bound_and_an_unserved_one_waits_until_overdu
         def lifted(reason: str) -> float:
             return float(ctl.metrics.gate_lifts.labels(LABELS[reason])._value.get())
 
-        assert (lifted(SERVED), lifted(OVERDUE)) == (1, 1)
+        assert (lifted(FREE), lifted(OVERDUE)) == (1, 1)
         evs = {(e.involved_object.name, e.reason): e.message for e in core.list_namespaced_event(namespace).items}
-        assert SERVED in evs[("fits", "MigctlGateLifted")] and OVERDUE in evs[("nowhere", "MigctlGateLifted")]
+        assert FREE in evs[("fits", "MigctlGateLifted")] and OVERDUE in evs[("nowhere", "MigctlGateLifted")]

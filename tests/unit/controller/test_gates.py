@@ -10,7 +10,7 @@ from typing import Any
 
 from migctl.controller import events as ev
 from migctl.controller.gates import RELEASED, UNPLANNED
-from migctl.core.queue_gate import OVERDUE, SERVED, STARTED
+from migctl.core.queue_gate import FREE, OVERDUE, STARTED
 from migctl.wire.names import EXCLUDE, HOSTNAME, QUEUE_GATE
 from tests.unit.controller.test_reconcile import IDLE, controller, settle
 from tests.unit.fake_cluster import FakeClock, FakeCluster
@@ -44,8 +44,8 @@ def test_a_pod_served_by_a_free_instance_is_lifted_and_pinned() -> None:
     assert gates_of(fake, "ns/fits") == [OTHER["name"]]  # only migctl's gate is removed
     assert fake.pods["ns/fits"]["spec"]["nodeSelector"] == {HOSTNAME: "host-n1"}
     assert not any(call.startswith("patch_node") for call in fake.calls)  # nothing to re-cut
-    assert lifted(c, "served") == 1
-    assert any(r == ev.GATE_LIFTED and SERVED in m and "pinned to node n1" in m for _, r, m in c.events.sent)
+    assert lifted(c, "free") == 1
+    assert any(r == ev.GATE_LIFTED and FREE in m and "pinned to node n1" in m for _, r, m in c.events.sent)
 
 def test_a_node_without_a_hostname_label_lifts_without_a_pin() -> None:
     clock = FakeClock()
@@ -115,4 +115,4 @@ def test_no_gate_no_lift() -> None:
     fake = cluster(pod("plain", {"nvidia.com/mig-1g.5gb": "1"}))
     c = controller(fake, clock)
     c.reconcile()
-    assert not any(call.startswith("lift_gate") for call in fake.calls) and lifted(c, "served") == 0
+    assert not any(call.startswith("lift_gate") for call in fake.calls) and lifted(c, "free") == 0
