@@ -11,7 +11,6 @@ is the pod's smallest (`Shapes.smallest`): what migctl's webhook writes for a VR
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Set as AbstractSet
 
 from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.sim.mig import Sim
@@ -30,8 +29,8 @@ def bind_free(sim: Sim) -> None:
         bind_one(sim, ji)
 
 
-def bind_one(sim: Sim, ji: int, avoid: AbstractSet[int] = frozenset()) -> bool:
-    """Bind pending pod `ji` as kube-scheduler would (`bind_free`), on no GPU of `avoid`; whether it bound."""
+def bind_one(sim: Sim, ji: int) -> bool:
+    """Bind pending pod `ji` as kube-scheduler would (`bind_free`); whether it bound."""
     cl, job = sim.cl, sim.jobs[ji]
     if multi_gpu(job):
         pl = multi(cl, job, ji, "static", False)
@@ -41,7 +40,7 @@ def bind_one(sim: Sim, ji: int, avoid: AbstractSet[int] = frozenset()) -> bool:
     p = cl.shapes.smallest(job)
     if p is None:
         return False
-    gid = next((gid for gid, g in enumerate(cl.gpus) if g.free[p] > 0 and cl.open(gid) and gid not in avoid), None)
+    gid = next((gid for gid, g in enumerate(cl.gpus) if g.free[p] > 0 and cl.open(gid)), None)
     if gid is not None:
         sim.start(Placement(ji, [(gid, p)]))
     return gid is not None

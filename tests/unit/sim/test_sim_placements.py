@@ -5,16 +5,11 @@ not beside the instances in use is not offered. Only the GPU is simulated: insta
 
 from __future__ import annotations
 
-import numpy as np
-
-from bench.fifo_gate import bind_in_order
 from migctl.core.hardware.catalog import load_catalog
-from migctl.sim.mig import Sim
 from migctl.sim.run import simulate
-from migctl.sim.scheduler import bind_free, bind_one, option
+from migctl.sim.scheduler import option
 from migctl.sim.shapes import Shapes
 from migctl.sim.state import Cluster, Placement
-from migctl.sim.timing import ReconfigTime
 from migctl.sim.workloads import Job
 
 A100 = load_catalog().model("a100-40gb")
@@ -47,28 +42,3 @@ def test_the_count_based_competitors_run_on_tracked_gpus() -> None:
     for policy in ("nos", "first-fit", "best-fit", "fgd-mig"):
         res = simulate(jobs, [1], A100, policy, seed=1)
         assert res.placed == len(jobs), policy  # every re-cut it made was reachable (the cluster asserts it)
-
-
-def _sim(cl: Cluster, jobs: list[Job]) -> Sim:
-    sim = Sim(jobs, cl, ReconfigTime(), np.random.default_rng(0), False)
-    sim.pending = list(range(len(jobs)))
-    return sim
-
-
-def test_bind_one_keeps_off_the_gpus_it_is_told_to_avoid() -> None:
-    two = Cluster([2], A100, (("1g.5gb", 7),), track=True)
-    sim = _sim(two, [Job("a", 3 * GIB, arrival=0.0, duration=10.0), Job("b", 3 * GIB, arrival=1.0, duration=10.0)])
-    assert bind_one(sim, 0, {0}) and sim.running[0] == [(1, "1g.5gb")]
-    assert bind_one(sim, 1) and sim.running[1] == [(0, "1g.5gb")]
-    full = _sim(Cluster([1], A100, (("1g.5gb", 7),), track=True), [Job("c", 3 * GIB, arrival=0.0, duration=1.0)])
-    assert not bind_one(full, 0, {0}) and full.pending == [0]
-
-
-def test_binding_in_queue_order_holds_the_gpu_an_older_pod_needs_re_cut() -> None:
-    """bench/fifo_gate.py: a 1g.5gb is free at 6, and the older pod needs a 1g.10gb there (that instance and the
-    memory slice beside it), so the younger small pod does not take it (kube-scheduler alone would: `bind_free`)."""
-    jobs = [Job("big", 9 * GIB, arrival=0.0, duration=10.0), Job("small", 3 * GIB, arrival=1.0, duration=10.0)]
-    for bind, small_bound in ((bind_free, True), (bind_in_order, False)):
-        sim = _sim(_busy_at({0, 1, 2, 3, 4}, track=True), jobs)
-        bind(sim)
-        assert (1 in sim.running) is small_bound and 0 not in sim.running

@@ -1,0 +1,58 @@
+"""The queue gate in the simulator (`migctl/sim/gate.py`, the rule of `migctl/core/queue_gate.py`): a gated pod binds
+only when a reconcile releases it, a pod a change is for binds when the change ends, and pods of several GPUs
+are released too. kube-scheduler and the device plugin are simulated at their interface only: which pods are
+bound, where, and when."""
+
+from __future__ import annotations
+
+import pytest
+
+from migctl.config import ControllerSettings
+from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.settings import PlannerSettings
+from migctl.sim.controller import Controller, InPlaceController
+from migctl.sim.run import simulate
+from migctl.sim.timing import InPlaceTime
+from migctl.sim.workloads import Job
+
+A100 = load_catalog().model("a100-40gb")
+GIB = 1024
+ALL_1G = (("1g.5gb", 7),)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("gate", [False, True])
+def test_a_gated_pod_binds_at_the_reconcile_its_arrival_triggers(in_place: bool, gate: bool) -> None:
+    # a 1g.5gb is free when the pod arrives: ungated, kube-scheduler binds it at once; gated, the reconcile its
+    # arrival triggers (debounce_s later) releases it onto that instance
+    settings = ControllerSettings(queue_gate=gate, debounce_s=3.0)
+    policy = InPlaceController(controller=settings) if in_place else Controller(controller=settings)
+    res = simulate([Job("a", 3 * GIB, arrival=10.0, duration=100.0)], [1], A100, policy, initial=ALL_1G)
+    assert res.placed == 1
+    assert res.wait_s[0] == pytest.approx(3.0 if gate else 0.0)
+
+
+def test_the_in_place_policy_runs_gated_unless_the_config_says_otherwise() -> None:
+    assert InPlaceController().gate and not Controller().gate
+    assert not InPlaceController(controller=ControllerSettings(queue_gate=False)).gate
+    assert Controller(controller=ControllerSettings(queue_gate=True)).gate
+
+
+@pytest.mark.parametrize("gate", [False, True])
+def test_a_pod_a_change_is_for_binds_when_the_change_ends(gate: bool) -> None:
+    # A (15 GiB) needs a 3g.20gb cut in place: released when the change starts, it binds when the window closes
+    # (the node's taint kept it off until then), as without the gate
+    def inplace() -> InPlaceController:
+        return InPlaceController(PlannerSettings(preshape=False), ControllerSettings(queue_gate=gate),
+                                 timing=InPlaceTime(5.0, 0.0))  # fmt: skip
+
+    res = simulate([Job("a", 15 * GIB, arrival=0.0, duration=5000.0)], [1], A100, inplace(), initial=ALL_1G)
+    [(_, _, end)] = res.window_log
+    assert res.placed == 1 and res.wait_s[0] == pytest.approx(end)
+
+
+def test_a_gated_pod_of_several_gpus_is_released_and_bound() -> None:
+    # whole-GPU pods ask for the full profile by name: gated like the rest, released onto two free 7g.40gb
+    jobs = [Job("pair", 30 * GIB, num_gpu=2, whole=True, arrival=0.0, duration=100.0)]
+    res = simulate(jobs, [2], A100, InPlaceController(), initial=(("7g.40gb", 1),))
+    assert res.placed == 1 and res.wait_s[0] == pytest.approx(ControllerSettings().debounce_s)
