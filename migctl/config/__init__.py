@@ -112,9 +112,10 @@ class ControllerSettings(BaseModel):
     queue_gate: bool = Field(
         False,
         description="The webhook adds the scheduling gate migctl.io/queue to pods that ask for MIG profiles, and "
-        "the controller lifts it for the pods its plan serves, pinned to the planned node: the plan, not "
-        "kube-scheduler's first come, decides who gets an instance that frees (docs/queue-gate.md). Off: pods "
-        "are never gated (the controller still lifts any gate it finds). Recommended with the in-place path.",
+        "the controller lifts it at each reconcile, in kube-scheduler's queue order, once free instances serve "
+        "the pod (pinned to their node) or its node's change starts: nothing binds before the plan has seen an "
+        "instance free (docs/queue-gate.md). Off: pods are never gated (the controller still lifts any gate it "
+        "finds). Recommended with the in-place path; on the stock path it measured worse.",
     )
     queue_gate_max_hold_s: float = Field(
         900.0,
