@@ -16,12 +16,11 @@ from kubernetes import client
 
 from migctl.config import ControllerSettings
 from migctl.config.webhook import WebhookSettings
-from migctl.core.hardware.catalog import load_catalog
 from migctl.webhook.app import Webhook
-from migctl.webhook.configuration import webhook_configuration
 from migctl.wire.names import QUEUE_GATE
 
 from .waiting import wait_for
+from .webhook_harness import served_webhook
 
 pytestmark = pytest.mark.cluster
 LEASE = "migctl-test"
@@ -56,23 +55,8 @@ def webhook(api: client.ApiClient, namespace: str) -> Iterator[Webhook]:
         {"queue_gate": True, "leader_election": {"lease_name": LEASE, "lease_namespace": namespace,
                                                  "lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 1}}
     )  # fmt: skip
-    app = Webhook(api, load_catalog(), settings, controller=controller)
-    app.start()
-    admission = client.AdmissionregistrationV1Api(api)
-    body = webhook_configuration(
-        name,
-        {"url": f"https://127.0.0.1:{app.port}{settings.path}"},
-        settings,
-        extra_namespace_expressions=[{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}],
-        queue_gate=True,
-    )
-    admission.create_mutating_webhook_configuration(body)
-    try:
-        app.certs.sync()  # the caBundle
+    with served_webhook(api, settings, [namespace], controller) as (app, _, _):
         yield app
-    finally:
-        admission.delete_mutating_webhook_configuration(name)
-        app.stop()
 
 
 def write_lease(api: client.ApiClient, namespace: str, age_s: float) -> None:

@@ -19,15 +19,14 @@ import pytest
 from kubernetes import client
 
 from migctl.config.webhook import WebhookSettings
-from migctl.core.hardware.catalog import load_catalog
 from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.vram.decide import CHOICE_ANNOTATION, PRODUCT_LABEL
 from migctl.webhook.app import Webhook
-from migctl.webhook.configuration import webhook_configuration
 from migctl.webhook.events import REASON
 
 from .gpunodes import create_gpu_node
 from .waiting import wait_for
+from .webhook_harness import served_webhook
 
 pytestmark = pytest.mark.cluster
 VRAM = "migctl.io/vram"
@@ -81,25 +80,11 @@ def env(api: client.ApiClient, core: client.CoreV1Api, namespace: str) -> Iterat
             "tls": {"secret_name": "migctl-webhook-tls", "check_interval_s": 1.0, "ip_addresses": ["127.0.0.1"]},
         }
     )
-    webhook = Webhook(api, load_catalog(), settings)
-    webhook.start()
-    admission = client.AdmissionregistrationV1Api(api)
-    body = webhook_configuration(
-        name,
-        {"url": f"https://127.0.0.1:{webhook.port}{settings.path}"},
-        settings,
-        extra_namespace_expressions=[
-            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace, opted_out]}
-        ],
-    )  # no caBundle: the webhook must set it
-    admission.create_mutating_webhook_configuration(body)
     try:
-        done = webhook.certs.sync()
-        assert f"caBundle of {name} updated" in done
-        yield Env(webhook, name, [namespace, opted_out], admission)
+        with served_webhook(api, settings, [namespace, opted_out]) as (webhook, admission, done):
+            assert f"caBundle of {name} updated" in done
+            yield Env(webhook, name, [namespace, opted_out], admission)
     finally:
-        admission.delete_mutating_webhook_configuration(name)
-        webhook.stop()
         core.delete_collection_namespaced_pod(opted_out, grace_period_seconds=0)
         core.delete_namespace(opted_out)
 
