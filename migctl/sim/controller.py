@@ -34,7 +34,7 @@ from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.plan import Plan
 from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan
-from migctl.core.queue_gate import lifts
+from migctl.core.queue_gate import lifts, release_all
 from migctl.sim import gate
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free
@@ -292,7 +292,12 @@ class Controller(Policy):
         changed = {n.name: n for n in result.nodes if n.changed}
         starts = self._starts(sim, result, snap, facts, in_flight) if guarded and changed else list(changed)
         if gated:  # the gates this plan lifts (`core/queue_gate.py`), before the started nodes close
-            lifted = lifts(whole, result, starts, EPOCH_S + now, self.settings.queue_gate_max_hold_s)
+            s = self.settings
+            lifted = (
+                release_all(whole.pods, "paused or dry run")  # a migctl that does not act holds nobody
+                if s.paused or s.dry_run
+                else lifts(whole, result, starts, EPOCH_S + now, s.queue_gate_max_hold_s)
+            )
             gate.apply(sim, [(job_of(lift.pod), lift) for lift in lifted], self.lifted)
         for name in starts:
             n = int(name[1:])

@@ -56,3 +56,15 @@ def test_a_gated_pod_of_several_gpus_is_released_and_bound() -> None:
     jobs = [Job("pair", 30 * GIB, num_gpu=2, whole=True, arrival=0.0, duration=100.0)]
     res = simulate(jobs, [2], A100, InPlaceController(), initial=(("7g.40gb", 1),))
     assert res.placed == 1 and res.wait_s[0] == pytest.approx(ControllerSettings().debounce_s)
+
+
+@pytest.mark.parametrize("stopped", [{"dry_run": True}, {"paused": True}])
+def test_a_dry_run_or_paused_controller_holds_nobody(stopped: dict[str, bool]) -> None:
+    # every 1g.5gb is taken until the busy pods leave; the pod arriving at 10 is released at the reconcile its
+    # arrival triggers (not kept for the plan), so it binds the moment an instance frees, not a reconcile later
+    busy = [Job(f"b{i}", 3 * GIB, arrival=0.0, duration=100.0) for i in range(7)]
+    late = Job("late", 3 * GIB, arrival=10.0, duration=100.0)
+    policy = InPlaceController(controller=ControllerSettings(queue_gate=True, **stopped))  # type: ignore[arg-type]
+    res = simulate([*busy, late], [1], A100, policy, initial=ALL_1G)
+    freed = res.wait_s[0] + 100.0  # the busy pods started a reconcile after arriving at 0, and ran 100 s
+    assert res.placed == 8 and res.wait_s[7] == pytest.approx(freed - late.arrival)
