@@ -272,13 +272,20 @@ def _gated(spec: Mapping[str, Any]) -> bool:
     gates = spec.get("schedulingGates")
     if gates is None:
         return False
-    found = False
     for i, g in enumerate(maps(gates, "spec.schedulingGates")):
         name = g.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"spec.schedulingGates[{i}].name: {short(name)}; expected a gate name")
-        found = found or name == QUEUE_GATE
-    return found
+    return queue_gate_at(spec) is not None
+
+
+def queue_gate_at(spec: Mapping[str, Any]) -> int | None:
+    """Where migctl's queue gate sits in `spec.schedulingGates`; None when it is not there or the list is not
+    one. Lenient, for the webhook and the lifting, which must not fail on another component's odd gate."""
+    gates = spec.get("schedulingGates")
+    if not isinstance(gates, list):
+        return None
+    return next((i for i, g in enumerate(gates) if isinstance(g, Mapping) and g.get("name") == QUEUE_GATE), None)
 
 
 def gpu_demand(obj: Mapping[str, Any], vram_resource: str) -> tuple[GpuDemand, ...]:

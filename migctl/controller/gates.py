@@ -25,6 +25,7 @@ from typing import Protocol
 from migctl.adapters.kube.calls import Stopped
 from migctl.adapters.kube.errors import KubeError
 from migctl.adapters.kube.interface import Obj
+from migctl.adapters.pods import queue_gate_at
 from migctl.controller import events as ev
 from migctl.controller.events import EventSink
 from migctl.controller.metrics import Metrics
@@ -52,10 +53,7 @@ def unplanned(objects: Iterable[Obj], known: Collection[str]) -> list[str]:
         if obj.get("kind") != "Pod":
             continue
         spec = obj.get("spec") or {}
-        gates = spec.get("schedulingGates")
-        if not gates or spec.get("nodeName") or not isinstance(gates, list):
-            continue
-        if any(isinstance(g, dict) and g.get("name") == QUEUE_GATE for g in gates):
+        if not spec.get("nodeName") and queue_gate_at(spec) is not None:
             meta = obj.get("metadata") or {}
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             if key not in known:

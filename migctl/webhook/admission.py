@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migctl.adapters.pod_rewrite import apply
-from migctl.adapters.pods import gpu_demand, placement_from_object
+from migctl.adapters.pods import gpu_demand, placement_from_object, queue_gate_at
 from migctl.adapters.requests import vram_asks
 from migctl.core.model.cluster import Pod
 from migctl.core.vram.decide import VramDecision, VramRules, decide
@@ -109,7 +109,7 @@ def gate_reason(pod: Mapping[str, Any], rules: VramRules, namespace_labels: Mapp
     gates = spec.get("schedulingGates")
     if gates is not None and not isinstance(gates, list):
         return "unreadable spec.schedulingGates"
-    if any(isinstance(g, Mapping) and g.get("name") == QUEUE_GATE for g in gates or ()):
+    if queue_gate_at(spec) is not None:
         return "already gated"
     try:
         demands = gpu_demand(pod, rules.resource)

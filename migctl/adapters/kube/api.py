@@ -25,6 +25,7 @@ from migctl.adapters.kube.errors import (
     TooManyRequestsError,
     translate,
 )
+from migctl.adapters.pods import queue_gate_at
 from migctl.core.model.settings import GpuOperatorSettings
 from migctl.wire.names import COMPONENT, HOSTNAME, MANAGED_BY, MIGCTL, QUEUE_GATE
 
@@ -356,10 +357,10 @@ class KubeApi(ApiCalls):
 def gate_lift_ops(pod: Obj, hostname: str | None) -> list[Obj] | None:
     """The JSON patch `lift_gate` sends for `pod` as read (None: it carries no migctl gate)."""
     spec = pod.get("spec") or {}
-    names = [g.get("name") if isinstance(g, dict) else None for g in spec.get("schedulingGates") or []]
-    if QUEUE_GATE not in names:
+    index = queue_gate_at(spec)
+    if index is None:
         return None
-    at = f"/spec/schedulingGates/{names.index(QUEUE_GATE)}"
+    at = f"/spec/schedulingGates/{index}"
     ops: list[Obj] = [{"op": "test", "path": f"{at}/name", "value": QUEUE_GATE}, {"op": "remove", "path": at}]
     selector = spec.get("nodeSelector") or {}
     if hostname and selector.get(HOSTNAME) != hostname:
