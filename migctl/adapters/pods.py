@@ -262,6 +262,7 @@ def pod_from_object(
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         gpu_index=_gpu_index(annotations),
         gated=False if bound else _gated(spec),
+        other_gates=False if bound else _other_gates(spec),
     )
 
 
@@ -277,6 +278,14 @@ def _gated(spec: Mapping[str, Any]) -> bool:
         if not isinstance(name, str) or not name:
             raise ValueError(f"spec.schedulingGates[{i}].name: {short(name)}; expected a gate name")
     return queue_gate_at(spec) is not None
+
+
+def _other_gates(spec: Mapping[str, Any]) -> bool:
+    """Whether `spec.schedulingGates` holds a gate other than migctl's (Kueue's admission gate, say): such a pod
+    is not bound when migctl lifts its own, so the queue never claims an instance for it. Called after `_gated`,
+    which has read the list strictly."""
+    gates = spec.get("schedulingGates") or []
+    return any(g.get("name") != QUEUE_GATE for g in gates)
 
 
 def queue_gate_at(spec: Mapping[str, Any]) -> int | None:

@@ -1,9 +1,12 @@
 """The queue gate, live: each reconcile lifts the gates the rule (`core/queue_gate.py`) releases.
 
 The webhook gates pods that ask for MIG profiles (`migctl.io/queue`); kube-scheduler ignores a gated pod. Each
-reconcile, with the snapshot before the burst rule (the rule needs every gated pod) and the plan:
-* a pod that an instance of its profile serves now, first in kube-scheduler's queue order, is released and pinned
-  to that instance's node;
+reconcile, before the plan, the queue claims what free instances serve as they are (`core/queue_claims.py`), and
+the plan is made with those pods bound (`claim`); a change that could destroy an instance a claimed pod may get
+waits for the next reconcile (`defer`). Then, with the snapshot before the burst rule (the rule needs every gated
+pod) and the plan:
+* a pod the queue claimed, or that an instance of its profile serves now, first in kube-scheduler's queue order,
+  is released and pinned to that instance's node;
 * a pod the plan serves with a change that starts now (`STARTED`) waits for that node's taint: the worker that
   starts the change lifts it right after its taint write (`on_step`, the actuator's `tainted` steps), so the
   pinned pod can never bind to the node before migctl's taint keeps it off until the new instance exists;
@@ -29,16 +32,21 @@ from migctl.adapters.pods import queue_gate_at
 from migctl.controller import events as ev
 from migctl.controller.events import EventSink
 from migctl.controller.metrics import Metrics
+from migctl.controller.reconcile import Action, Start
 from migctl.core.model.cluster import Snapshot
 from migctl.core.model.plan import Plan
-from migctl.core.queue_gate import FREE, OVERDUE, STARTED, Lift, lifts, release_all
+from migctl.core.queue_claims import NONE, claim, claimed, collisions
+from migctl.core.queue_gate import CLAIMED, FREE, OVERDUE, STARTED, Lift, lifts, release_all
 from migctl.wire.names import HOSTNAME, QUEUE_GATE
 
 log = logging.getLogger("migctl.controller.gates")
 
 RELEASED = "migctl is paused or in dry run: it holds nobody"
 UNPLANNED = "migctl does not plan it (opted out, or its spec cannot be read)"
-LABELS = {FREE: "free", STARTED: "started", OVERDUE: "overdue", RELEASED: "released", UNPLANNED: "unplanned"}
+LABELS = {
+    CLAIMED: "claimed", FREE: "free", STARTED: "started", OVERDUE: "overdue", RELEASED: "released",
+    UNPLANNED: "unplanned",
+}  # fmt: skip
 TAINTED_STEPS = frozenset({"tainted", "in-place-tainted"})  # the actuator's steps right after its taint write
 
 
@@ -68,7 +76,22 @@ class Gates:
         self.metrics, self.events, self.max_hold_s = metrics, events, max_hold_s
         self.kube: GateApi | None = None  # the leader's term-bound API (set when it starts leading)
         self.waiting: dict[str, tuple[list[Lift], str | None]] = {}  # node -> (lifts, its hostname label)
+        self.claims = NONE  # this reconcile's (`claim`)
         self._lock = threading.Lock()
+
+    def claim(self, snapshot: Snapshot, on: bool) -> Snapshot:
+        """The queue's claims of this reconcile (none unless `on`: the gate is on and migctl acts), and the
+        snapshot with the claimed pods bound, which the plan is made on."""
+        self.claims = claim(snapshot) if on else NONE
+        return claimed(snapshot, self.claims)
+
+    def defer(self, actions: list[Action], snapshot: Snapshot, plan: Plan) -> list[Action]:
+        """`actions` less the starts whose change could destroy an instance a pod claimed now may get: they wait
+        for the next reconcile (the lifts' pod events trigger it), which sees those pods bound."""
+        wait = collisions(snapshot, plan, self.claims)
+        for node in sorted(wait):
+            log.info("node %s: change waits a reconcile for the pods released to its free instances", node)
+        return [a for a in actions if not (isinstance(a, Start) and a.node in wait)]
 
     def reconcile(
         self,
@@ -84,7 +107,7 @@ class Gates:
         `release`: paused or dry run. `strays`: gated pods the snapshot does not hold (`unplanned`). Returns the
         lifts decided (the tests read them)."""
         decided = release_all(snapshot.pods, RELEASED) if release else lifts(
-            snapshot, plan, starting, now, self.max_hold_s
+            snapshot, plan, starting, now, self.max_hold_s, self.claims
         )  # fmt: skip
         decided += [Lift(key, None, UNPLANNED) for key in strays]
         hostnames = {n.name: n.labels.get(HOSTNAME) for n in snapshot.nodes}

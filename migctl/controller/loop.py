@@ -340,6 +340,8 @@ class Controller(Workers):
         )
         refused, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
         whole = snapshot = freeze(snapshot, frozen)  # the queue gate's rule needs every gated pod
+        # the queue gate's claims: what the queue takes as it is, bound before the plan (core/queue_claims.py)
+        whole = snapshot = self.gates.claim(whole, self.settings.queue_gate and not (paused or self.settings.dry_run))
         snapshot, burst_until = hold_burst(snapshot, now)
         if burst_until is not None:  # a burst still arriving: look again once it has landed
             self.trigger(max(0.0, burst_until - now) + 0.01, job_id="burst")
@@ -368,6 +370,7 @@ class Controller(Workers):
             previous_configs={name: f.labels.get(MIG_CONFIG) for name, f in facts.items()},
         )  # fmt: skip
         actions = [a for a in actions if a.path in ready]  # a path whose window is still open waits
+        actions = self.gates.defer(actions, whole, result)
         self.last_plan_id = plan_id
         self.last_decisions = [(a.node, isinstance(a, Start), a.reason) for a in actions]
         self.metrics.held.set(sum(1 for a in actions if not isinstance(a, Start)))

@@ -61,7 +61,8 @@ class Metrics:
         )
         self.gate_lifts = Counter(
             "migctl_queue_gate_lifts",
-            "Queue gates (migctl.io/queue) the controller lifted, by reason: free, started, overdue, "
+            "Queue gates (migctl.io/queue) the controller lifted, by reason: claimed (before the plan), free (after "
+            "it), started, overdue, "
             "released (paused or dry run), unplanned (a pod migctl does not plan)",
             ["reason"],
             registry=r,

@@ -11,6 +11,7 @@ Who is released is kube-scheduler's own order, not a second objective: the plan 
 decides who gets what exists. At each reconcile:
 * a pod the plan serves with a change on a node whose change starts now: released, pinned to that node; migctl's
   taint keeps it off until the change has made its instance (`STARTED`);
+* a pod the queue claimed before the plan (`core/queue_claims.py`): released, pinned to its node (`CLAIMED`);
 * then every pending pod that asks only for MIG profiles, gated or not, in kube-scheduler's queue order
   (priority, then creation), takes free instances of its profiles on the first node it fits (the scheduler's
   static rules: selectors, affinity, taints), leaving out the GPUs the plan re-cuts and the nodes whose change
@@ -30,7 +31,9 @@ from dataclasses import dataclass
 from migctl.core.model.cluster import Pod, Snapshot
 from migctl.core.model.placement import static_misfit
 from migctl.core.model.plan import Plan
+from migctl.core.queue_claims import NONE, Claims, queue_order, wants
 
+CLAIMED = "an instance of its profile is free, claimed before the plan"
 FREE = "an instance of its profile is free"
 STARTED = "its node's change starts"
 OVERDUE = "held longer than queue_gate_max_hold_s"
@@ -47,25 +50,28 @@ class Lift:
     reason: str
 
 
-def queue_order(pods: Iterable[Pod]) -> list[Pod]:
-    """Pending pods in kube-scheduler's queue order: priority, then creation."""
-    return sorted((p for p in pods if p.pending), key=lambda p: (-p.priority, p.created, p.key))
-
-
 def gated(pods: Iterable[Pod]) -> list[Pod]:
     """The pending pods that carry the gate, in queue order."""
     return [p for p in queue_order(pods) if p.gated]
 
 
-def lifts(snapshot: Snapshot, plan: Plan, starting: Collection[str], now_s: float, max_hold_s: float) -> list[Lift]:
+def lifts(
+    snapshot: Snapshot,
+    plan: Plan,
+    starting: Collection[str],
+    now_s: float,
+    max_hold_s: float,
+    claims: Claims = NONE,
+) -> list[Lift]:
     """The gated pods of `snapshot` to release now (module docstring). `plan` was made from this snapshot, or from
-    it less the pods the burst rule holds; `starting`: the nodes whose change starts with this plan."""
+    it less the pods the burst rule holds; `claims`: the queue's claims, already bound in `snapshot`
+    (`queue_claims.claimed`); `starting`: the nodes whose change starts with this plan."""
     changed: set[GpuKey] = {(n.name, g.index) for n in plan.nodes for g in n.gpus if g.changed}
     planned: dict[str, list[GpuKey]] = {}
     for a in plan.assignments:
         planned.setdefault(a.pod, []).append((a.node, a.gpu))
     free = _free(snapshot, changed, starting)
-    out = []
+    out = [Lift(c.pod, c.node, CLAIMED) for c in claims.claims if c.gated]
     for pod in queue_order(snapshot.pods):
         mine = planned.get(pod.key, [])
         if pod.gated and mine and mine[0][0] in starting and any(k in changed for k in mine):
@@ -102,12 +108,8 @@ def _take(free: dict[str, Counter[str]], snapshot: Snapshot, pod: Pod) -> str | 
     """The first node where `pod` passes the scheduler's static rules and `free` holds all the instances it asks
     for (taken from `free`); None when there is none, or when it asks for anything but MIG profiles (whole GPUs,
     VRAM: the gate does not hold those)."""
-    want: Counter[str] = Counter()
-    for d in pod.gpu:
-        if d.kind != "profile" or not d.profile:
-            return None
-        want[d.profile] += d.count
-    if not want:
+    want = wants(pod)
+    if want is None:
         return None
     for node in snapshot.nodes:
         have = free.get(node.name)

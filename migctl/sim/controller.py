@@ -34,6 +34,7 @@ from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.plan import Plan
 from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan
+from migctl.core.queue_claims import NONE, claim, claimed, collisions
 from migctl.core.queue_gate import lifts, release_all
 from migctl.sim import gate
 from migctl.sim.mig import Policy, Sim
@@ -180,6 +181,7 @@ class Controller(Policy):
         self._memo: tuple[object, Plan] | None = None
         self.gate = self.settings.queue_gate
         self.lifted: set[int] = set()  # pending pods whose queue gate the controller lifted
+        self.claims = NONE  # the last reconcile's claims (`core/queue_claims.py`)
 
     @property
     def rails(self) -> ControllerSettings:
@@ -261,10 +263,12 @@ class Controller(Policy):
         in_flight = {node_name(n) for n in sim.windows}
         gated = self.gate and guarded
         snap = snapshot(sim, self.planner.reconfigure_taint, self.in_place, self.lifted if gated else None)
-        whole = snap
+        whole, self.claims = snap, NONE
         if guarded:
             _, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
             whole = snap = freeze(snap, frozen)
+            if gated and not (self.settings.paused or self.settings.dry_run):
+                whole = snap = self._claim(sim, whole)
             snap, until = hold_burst(snap, EPOCH_S + now)
             if until is not None:  # a burst still arriving: its wasteful pods wait until it has landed
                 self.burst_at = until - EPOCH_S + 0.01
@@ -291,14 +295,20 @@ class Controller(Policy):
                 sim.start(Placement(ji, u))  # a free instance kube-scheduler would bind it to anyway
         changed = {n.name: n for n in result.nodes if n.changed}
         starts = self._starts(sim, result, snap, facts, in_flight) if guarded and changed else list(changed)
+        claims = self.claims
+        if claims.claims:  # a change that could destroy the instance a claimed pod gets waits for it
+            wait = collisions(whole, result, claims)
+            starts = [n for n in starts if n not in wait]
         if gated:  # the gates this plan lifts (`core/queue_gate.py`), before the started nodes close
             s = self.settings
             lifted = (
                 release_all(whole.pods, "paused or dry run")  # a migctl that does not act holds nobody
                 if s.paused or s.dry_run
-                else lifts(whole, result, starts, EPOCH_S + now, s.queue_gate_max_hold_s)
+                else lifts(whole, result, starts, EPOCH_S + now, s.queue_gate_max_hold_s, claims)
             )
             gate.apply(sim, [(job_of(lift.pod), lift) for lift in lifted], self.lifted)
+            if lifted:  # each lift patches a pending pod: a pod event, so the live controller looks again
+                self.trigger_at = self.trigger_at or now + self.settings.debounce_s
         for name in starts:
             n = int(name[1:])
             layouts = {cl.by_node[n][g.index]: g.target.layout for g in changed[name].gpus if g.changed}
@@ -307,6 +317,23 @@ class Controller(Policy):
             self.records.setdefault(n, _Record())
         if gated:
             gate.bind_ungated(sim, self.lifted)
+
+    def _claim(self, sim: Sim, whole: Snapshot) -> Snapshot:
+        """The queue's claims (`core/queue_claims.py`), bound now: kube-scheduler binds a released pod within a
+        second, on the instance the device plugin hands out (the lowest free one of the claim's GPU). Returns the
+        snapshot with them bound, as the live controller plans."""
+        self.claims = claims = claim(whole)
+        cl = sim.cl
+        for c in claims.claims:
+            ji = job_of(c.pod)
+            units = []
+            for index, profile in c.units:
+                assert index is not None, "the simulator's nodes always report per-GPU usage"
+                units.append((cl.by_node[int(c.node[1:])][index], profile))
+            if c.gated:
+                self.lifted.add(ji)
+            sim.start(Placement(ji, units))
+        return claimed(whole, claims)
 
     def _starts(
         self, sim: Sim, result: Plan, snap: Snapshot, facts: dict[str, NodeFacts], in_flight: set[str]

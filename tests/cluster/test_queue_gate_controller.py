@@ -1,7 +1,8 @@
 """The queue gate's controller half in the real control plane (test_controller_e2e.py's setup): a gated pod the
 plan serves with a free instance is lifted, pinned to that node (`kubernetes.io/hostname`) and bound there by the
 real kube-scheduler; a gated pod nothing serves stays gated until `queue_gate_max_hold_s`, then is lifted without
-a pin. `controller.queue_gate` stays off: the controller lifts every gate it finds either way."""
+a pin. `controller.queue_gate` stays off there (the controller lifts every gate it finds either way); on, a pod a
+free instance serves is claimed before the plan, then lifted and bound the same way."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from migctl.controller.gates import LABELS
 from migctl.controller.loop import Controller
 from migctl.core.model.cluster import epoch_s
 from migctl.core.model.gpu_config import GpuConfig
-from migctl.core.queue_gate import FREE, OVERDUE
+from migctl.core.queue_gate import CLAIMED, FREE, OVERDUE
 from migctl.wire.names import HOSTNAME, QUEUE_GATE
 
 from .gpunodes import create_gpu_node
@@ -86,3 +87,28 @@ def test_a_served_pod_is_pinned_and_bound_and_an_unserved_one_waits_until_overdu
         assert (lifted(FREE), lifted(OVERDUE)) == (1, 1)
         evs = {(e.involved_object.name, e.reason): e.message for e in core.list_namespaced_event(namespace).items}
         assert FREE in evs[("fits", "MigctlGateLifted")] and OVERDUE in evs[("nowhere", "MigctlGateLifted")]
+
+
+def test_with_the_gate_on_a_pod_a_free_instance_serves_is_claimed_before_the_plan_and_bound(
+    api: client.ApiClient, core: client.CoreV1Api, namespace: str, node_names: list[str]
+) -> None:
+    # controller.queue_gate on: the pod carries migctl's gate only, so the queue claims the free 1g.10gb before
+    # the plan (`core/queue_claims.py`) and the plan is made with it bound; it is lifted as `claimed`, pinned, and
+    # the real kube-scheduler binds it there
+    seed_configmap(core, namespace)
+    name = f"{namespace}-a"
+    create_gpu_node(core, name, gpus=[GpuConfig.mig({"1g.10gb": 7})], mig_config=ALL_1G,
+                    labels={GROUP: namespace, HOSTNAME: f"host-{name}"})  # fmt: skip
+    node_names.append(name)
+    ctl = Controller(config_for(namespace, queue_gate=True), api, identity="a")
+    with running(ctl, core, namespace):
+        pod = gated_pod("mine", namespace, "1g.10gb")
+        pod["spec"]["schedulingGates"] = [{"name": QUEUE_GATE}]
+        core.create_namespaced_pod(namespace, pod)
+        bound = wait_for("kube-scheduler to bind `mine`", lambda: running_on(core, namespace, "mine"), timeout=30)
+        assert bound == name
+        assert core.read_namespaced_pod("mine", namespace).spec.node_selector[HOSTNAME] == f"host-{name}"
+        assert float(ctl.metrics.gate_lifts.labels(LABELS[CLAIMED])._value.get()) == 1
+        assert ctl.last_plan is not None and "mine" not in {a.pod.split("/")[1] for a in ctl.last_plan.assignments}
+        evs = {(e.involved_object.name, e.reason): e.message for e in core.list_namespaced_event(namespace).items}
+        assert CLAIMED in evs[("mine", "MigctlGateLifted")]

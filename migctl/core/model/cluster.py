@@ -139,6 +139,7 @@ class Pod:
     scheduler_name: str = "default-scheduler"
     gpu_index: int | None = None  # which GPU a running pod uses, when the node agent says so
     gated: bool = False  # carries migctl's queue gate (`wire.names.QUEUE_GATE`): kube-scheduler ignores it
+    other_gates: bool = False  # carries another component's scheduling gate: not bound before that is lifted
 
     @cached_property
     def key(self) -> str:

@@ -1,4 +1,5 @@
-"""`Pod.gated` from `spec.schedulingGates`: migctl's gate read strictly, a malformed list is that pod's error."""
+"""`Pod.gated` and `Pod.other_gates` from `spec.schedulingGates`: migctl's gate and everyone else's, read strictly;
+a malformed list is that pod's error."""
 
 from __future__ import annotations
 
@@ -23,23 +24,25 @@ def _gated(gates: Any, node: str | None = None) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("gates", "gated"),
+    ("gates", "gated", "others"),
     [
-        (None, False),
-        ([], False),
-        ([{"name": "example.com/other"}], False),
-        ([{"name": QUEUE_GATE}], True),
-        ([{"name": "example.com/other"}, {"name": QUEUE_GATE}], True),
+        (None, False, False),
+        ([], False, False),
+        ([{"name": "example.com/other"}], False, True),
+        ([{"name": QUEUE_GATE}], True, False),
+        ([{"name": "example.com/other"}, {"name": QUEUE_GATE}], True, True),
     ],
 )
-def test_the_queue_gate_is_read(gates: Any, gated: bool) -> None:
-    assert pod_from_object(_gated(gates), PlannerSettings()).gated is gated
+def test_the_queue_gate_is_read(gates: Any, gated: bool, others: bool) -> None:
+    got = pod_from_object(_gated(gates), PlannerSettings())
+    assert (got.gated, got.other_gates) == (gated, others)
 
 
 def test_a_bound_pod_is_never_gated() -> None:
     """The API server allows no gate once a pod has a node; its gates are not even read (a bad one cannot make
     its node's usage unknown)."""
     assert pod_from_object(_gated([{"name": QUEUE_GATE}], node="n1"), PlannerSettings(), notes=[]).gated is False
+    assert pod_from_object(_gated([{"name": "x/y"}], node="n1"), PlannerSettings(), notes=[]).other_gates is False
     assert pod_from_object(_gated("nonsense", node="n1"), PlannerSettings(), notes=[]).gated is False
 
 

@@ -6,13 +6,19 @@ off throughout: the controller lifts every gate it finds either way."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from migctl.controller import events as ev
 from migctl.controller.gates import RELEASED, UNPLANNED
+from migctl.controller.reconcile import Hold, Start
+from migctl.core.model.cluster import Snapshot
+from migctl.core.planner import plan
+from migctl.core.queue_claims import Claim
 from migctl.core.queue_gate import FREE, OVERDUE, STARTED
 from migctl.wire.names import EXCLUDE, HOSTNAME, QUEUE_GATE
 from tests.unit.controller.test_reconcile import IDLE, controller, settle
+from tests.unit.core.test_queue_claims import OLD, in_place
+from tests.unit.core.test_queue_claims import gated as claims_gated
 from tests.unit.fake_cluster import FakeClock, FakeCluster
 from tests.unit.kube_builders import gpu_node, mig_parted, pod
 
@@ -116,3 +122,39 @@ def test_no_gate_no_lift() -> None:
     c = controller(fake, clock)
     c.reconcile()
     assert not any(call.startswith("lift_gate") for call in fake.calls) and lifted(c, "free") == 0
+
+def test_with_the_gate_on_the_queue_claims_free_instances_before_the_plan() -> None:
+    # on: the pod takes the free 1g.5gb before the plan is made, and the plan does not place it again; off, or a pod
+    # another component's gate holds too: the plan places it on that instance itself, and the lift comes after
+    for on, others in ((True, False), (False, False), (True, True)):
+        clock = FakeClock()
+        small = gated("small", "1g.5gb", clock)
+        if not others:
+            small["spec"]["schedulingGates"] = [{"name": QUEUE_GATE}]
+        fake = cluster(small)
+        c = controller(fake, clock, queue_gate=on)
+        c.reconcile()
+        settle(c)
+        assert c.last_plan is not None
+        claimed = on and not others
+        assert ("ns/small" in {a.pod for a in c.last_plan.assignments}) is not claimed, (on, others)
+        assert c.gates.claims.claims == ((Claim("ns/small", "n1", ((0, "1g.5gb"),), True),) if claimed else ())
+        assert fake.pods["ns/small"]["spec"]["nodeSelector"] == {HOSTNAME: "host-n1"}
+        assert lifted(c, "claimed" if claimed else "free") == 1
+
+
+def test_a_change_that_could_destroy_a_claimed_instance_is_not_started() -> None:
+    # the core's own case (tests/unit/core/test_queue_claims.py): a 1g.10gb claimed on n1 while the plan re-cuts
+    # n1's idle GPU of 1g.10gb. The start is dropped (the next reconcile decides again); a hold stays as it is
+    busy = [("1g.10gb", s, s != 6) for s in range(7)]
+    idle = [("1g.10gb", s, False) for s in range(7)]
+    pods = (claims_gated("first", "1g.10gb", priority=10), claims_gated("big", "3g.40gb", created=OLD))
+    snap = Snapshot((in_place("n1", "h100-80gb", [busy, idle]),), pods)
+    clock = FakeClock()
+    c = controller(cluster(), clock, queue_gate=True)
+    view = c.gates.claim(snap, True)
+    result = plan(view)
+    start, other = Start("n1", "in-place", cast(Any, None), "planned"), Start("n2", "in-place", cast(Any, None), "x")
+    hold = Hold("n1", "in-place", "cooldown")
+    assert c.gates.defer([start, hold, other], view, result) == [hold, other]
+    assert c.gates.claim(snap, False) is snap and c.gates.defer([start], snap, result) == [start]

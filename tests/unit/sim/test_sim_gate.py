@@ -9,8 +9,10 @@ import pytest
 
 from migctl.config import ControllerSettings
 from migctl.core.hardware.catalog import load_catalog
+from migctl.core.model.cluster import Snapshot
 from migctl.core.model.settings import PlannerSettings
-from migctl.sim.controller import Controller, InPlaceController
+from migctl.sim.controller import Controller, InPlaceController, snapshot
+from migctl.sim.mig import Sim
 from migctl.sim.run import simulate
 from migctl.sim.timing import InPlaceTime
 from migctl.sim.workloads import Job
@@ -68,3 +70,42 @@ def test_a_dry_run_or_paused_controller_holds_nobody(stopped: dict[str, bool]) -
     res = simulate([*busy, late], [1], A100, policy, initial=ALL_1G)
     freed = res.wait_s[0] + 100.0  # the busy pods started a reconcile after arriving at 0, and ran 100 s
     assert res.placed == 8 and res.wait_s[7] == pytest.approx(freed - late.arrival)
+
+
+class _Checked(InPlaceController):
+    """The in-place controller, checking at each reconcile with claims that the snapshot the plan is made on
+    (`queue_claims.claimed`) is the one the simulator reads once the claimed pods are bound."""
+
+    checked = 0
+
+    def _claim(self, sim: Sim, whole: Snapshot) -> Snapshot:
+        view = super()._claim(sim, whole)
+        if self.claims.claims:
+            fresh = snapshot(sim, self.planner.reconfigure_taint, True, self.lifted)
+            assert _state(view) == _state(fresh)
+            _Checked.checked += len(self.claims.claims)
+        return view
+
+
+def _state(snap: Snapshot) -> tuple[object, ...]:
+    pods = {p.key: (p.node, p.phase, p.gpu_index, p.gated, p.pending) for p in snap.pods}
+    nodes = {
+        n.name: (
+            {p: c for p, c in n.mig_free.items() if c},
+            [(g.config, {p: c for p, c in (g.used or {}).items() if c}, g.instances) for g in n.gpus],
+            sorted(n.gpu_pods, key=str),
+        )
+        for n in snap.nodes
+    }
+    return pods, nodes
+
+
+def test_the_plan_sees_the_claimed_pods_as_the_simulator_binds_them() -> None:
+    # small and large pods coming and going on two A100s: the queue claims free instances before each plan, and
+    # the simulator binds them where its device plugin stand-in does; the two views must agree
+    sizes = [3, 7, 15, 3, 3, 7, 15, 3, 7, 3, 15, 3]
+    jobs = [Job(f"j{i}", s * GIB, arrival=20.0 * i, duration=90.0 + 40 * (i % 3)) for i, s in enumerate(sizes * 3)]
+    _Checked.checked = 0
+    res = simulate(jobs, [2], A100, _Checked(timing=InPlaceTime(5.0, 0.0)), initial=ALL_1G)
+    assert res.placed == len(jobs)
+    assert _Checked.checked >= 5
