@@ -3,9 +3,9 @@
 Why: kube-scheduler binds a pending pod to a free instance of its profile within a second of the instance
 freeing, before a reconcile can look. On a busy node that decides the layout: the instance that an older pod
 needs re-cut is taken by the next pod that fits it as it is, and the plan never sees it free (docs/queue-gate.md,
-with the figures). With the gate (`spec.schedulingGates`, added by migctl's webhook) nothing binds before the
-plan has looked: each reconcile plans with every freed instance in view, starts its changes, and only then
-releases pods onto what is free.
+with the figures). With the gate (`spec.schedulingGates`, added by migctl's webhook) nothing binds before a
+reconcile has looked: there the queue first claims what its pods can take as it is (`core/queue_claims.py`),
+the plan re-cuts what is left and starts its changes, and only then are the rest released onto what is free.
 
 Who is released is kube-scheduler's own order, not a second objective: the plan decides layouts, the queue
 decides who gets what exists. At each reconcile:
