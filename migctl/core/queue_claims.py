@@ -130,24 +130,47 @@ def _take(
     blocked: dict[str, set[str]],
     used: dict[str, Resources],
 ) -> Claim | None:
-    """The first node where `pod` fits (its static rules, and its CPU, memory and pod count) and every instance it
-    asks for is free and no hold keeps it (taken: `gpus`, `node_free` and `used` are updated)."""
+    """The claim of `pod` on the first node where it fits (`first_node`), on the GPUs with its instances free
+    (taken: `gpus`, `node_free` and `used` are updated)."""
+    node = first_node(snapshot, pod, want, node_free, used, blocked)
+    if node is None:
+        return None
+    units: list[Unit] = []
+    for profile, count in sorted(want.items()):
+        for _ in range(count):
+            gpu = next((gpus[k] for x in node.gpus if _free(gpus[k := (node.name, x.index)])[profile] > 0), None)
+            if gpu is not None:
+                gpus[(node.name, gpu.index)] = _bind_gpu(gpu, Counter({profile: 1}))
+            units.append((None if gpu is None else gpu.index, profile))
+    return Claim(pod.key, node.name, tuple(units), pod.gated)
+
+
+def first_node(
+    snapshot: Snapshot,
+    pod: Pod,
+    want: Counter[str],
+    free: dict[str, Counter[str]],
+    used: dict[str, Resources] | None = None,
+    blocked: dict[str, set[str]] | None = None,
+) -> Node | None:
+    """The first node where `pod` passes kube-scheduler's static rules (and, with `used`, its CPU, memory and pod
+    count fit) and `free` holds every instance it asks for, none of a profile `blocked` keeps there. The
+    instances are taken from `free`, the requests added to `used`. Both of the queue's passes ask this: the
+    claims before the plan, and the lifts after it (`queue_gate.lifts`)."""
     for node in snapshot.nodes:
-        have = node_free[node.name]
-        if any(have[p] < c for p, c in want.items()) or blocked.get(node.name, set()) & set(want):
+        have = free.get(node.name)
+        if have is None or any(have[p] < c for p, c in want.items()):
             continue
-        if static_misfit(pod, node) is not None or not pod.requests.fits_in(node.allocatable - used[node.name]):
+        if blocked is not None and blocked.get(node.name, set()) & set(want):
+            continue
+        if static_misfit(pod, node) is not None:
+            continue
+        if used is not None and not pod.requests.fits_in(node.allocatable - used[node.name]):
             continue
         have.subtract(want)
-        used[node.name] = used[node.name] + pod.requests
-        units: list[Unit] = []
-        for profile, count in sorted(want.items()):
-            for _ in range(count):
-                gpu = next((gpus[k] for x in node.gpus if _free(gpus[k := (node.name, x.index)])[profile] > 0), None)
-                if gpu is not None:
-                    gpus[(node.name, gpu.index)] = _bind_gpu(gpu, Counter({profile: 1}))
-                units.append((None if gpu is None else gpu.index, profile))
-        return Claim(pod.key, node.name, tuple(units), pod.gated)
+        if used is not None:
+            used[node.name] = used[node.name] + pod.requests
+        return node
     return None
 
 

@@ -29,9 +29,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from migctl.core.model.cluster import Pod, Snapshot
-from migctl.core.model.placement import static_misfit
 from migctl.core.model.plan import Plan
-from migctl.core.queue_claims import NONE, Claims, queue_order, wants
+from migctl.core.queue_claims import NONE, Claims, first_node, queue_order, wants
 
 CLAIMED = "an instance of its profile is free, claimed before the plan"
 FREE = "an instance of its profile is free"
@@ -109,15 +108,8 @@ def _take(free: dict[str, Counter[str]], snapshot: Snapshot, pod: Pod) -> str | 
     for (taken from `free`); None when there is none, or when it asks for anything but MIG profiles (whole GPUs,
     VRAM: the gate does not hold those)."""
     want = wants(pod)
-    if want is None:
-        return None
-    for node in snapshot.nodes:
-        have = free.get(node.name)
-        if have is None or any(have[p] < c for p, c in want.items()) or static_misfit(pod, node) is not None:
-            continue
-        have.subtract(want)
-        return node.name
-    return None
+    node = None if want is None else first_node(snapshot, pod, want, free)
+    return None if node is None else node.name
 
 
 def release_all(pods: Iterable[Pod], reason: str) -> list[Lift]:
