@@ -14,9 +14,9 @@ decides who gets what exists. At each reconcile:
 * a pod the queue claimed before the plan (`core/queue_claims.py`): released, pinned to its node (`CLAIMED`);
 * then every pending pod that asks only for MIG profiles, gated or not, in kube-scheduler's queue order
   (priority, then creation), takes free instances of its profiles on the first node it fits (the scheduler's
-  static rules: selectors, affinity, taints), leaving out the GPUs the plan re-cuts and the nodes whose change
-  starts: a gated pod that finds them is released, pinned to that node (`FREE`); an ungated one (already
-  released, or never gated) only takes them first, as kube-scheduler will bind it;
+  static rules: selectors, affinity, taints; its CPU, memory and pod count), leaving out the GPUs the plan re-cuts
+  and the nodes whose change starts: a gated pod that finds them is released, pinned to that node (`FREE`); an
+  ungated one (already released, or never gated) only takes them first, as kube-scheduler will bind it;
 * a gated pod held longer than `max_hold_s` (from its creation) is released without a pin, whatever the plan
   says (`OVERDUE`): no plan holds a pod for longer, and a bug here holds nobody for long;
 * every other gated pod stays: nothing it asks for is free.
@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.cluster import Pod, Resources, Snapshot
 from migctl.core.model.plan import Plan
 from migctl.core.queue_claims import NONE, Claims, first_node, queue_order, wants
 
@@ -70,13 +70,14 @@ def lifts(
     for a in plan.assignments:
         planned.setdefault(a.pod, []).append((a.node, a.gpu))
     free = _free(snapshot, changed, starting)
+    used = {n.name: n.used for n in snapshot.nodes}  # CPU, memory and pods, with the lifts so far
     out = [Lift(c.pod, c.node, CLAIMED) for c in claims.claims if c.gated]
     for pod in queue_order(snapshot.pods):
         mine = planned.get(pod.key, [])
         if pod.gated and mine and mine[0][0] in starting and any(k in changed for k in mine):
             out.append(Lift(pod.key, mine[0][0], STARTED))
             continue
-        node = _take(free, snapshot, pod)
+        node = _take(free, used, snapshot, pod)
         if not pod.gated:
             continue
         if node is not None:
@@ -103,12 +104,12 @@ def _free(snapshot: Snapshot, changed: set[GpuKey], starting: Collection[str]) -
     return out
 
 
-def _take(free: dict[str, Counter[str]], snapshot: Snapshot, pod: Pod) -> str | None:
-    """The first node where `pod` passes the scheduler's static rules and `free` holds all the instances it asks
-    for (taken from `free`); None when there is none, or when it asks for anything but MIG profiles (whole GPUs,
-    VRAM: the gate does not hold those)."""
+def _take(free: dict[str, Counter[str]], used: dict[str, Resources], snapshot: Snapshot, pod: Pod) -> str | None:
+    """The first node where `pod` fits (kube-scheduler's static rules, its CPU, memory and pod count) and `free`
+    holds all the instances it asks for (taken from `free`); None when there is none, or when it asks for anything
+    but MIG profiles (whole GPUs, VRAM: the gate does not hold those)."""
     want = wants(pod)
-    node = None if want is None else first_node(snapshot, pod, want, free)
+    node = None if want is None else first_node(snapshot, pod, want, free, used)
     return None if node is None else node.name
 
 

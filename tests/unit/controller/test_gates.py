@@ -24,6 +24,7 @@ from tests.unit.kube_builders import gpu_node, mig_parted, pod
 
 OTHER = {"name": "example.com/other"}
 
+
 def gated(name: str, profile: str, clock: FakeClock, age_s: float = 0.0, **kw: Any) -> dict[str, Any]:
     p = pod(name, {f"nvidia.com/mig-{profile}": "1"}, **kw)
     p["spec"]["schedulingGates"] = [OTHER, {"name": QUEUE_GATE}]
@@ -31,15 +32,19 @@ def gated(name: str, profile: str, clock: FakeClock, age_s: float = 0.0, **kw: A
     p["metadata"]["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
     return p
 
+
 def cluster(*pods: dict[str, Any], hostname: bool = True) -> FakeCluster:
     labels = {HOSTNAME: "host-n1"} if hostname else {}
     return FakeCluster([gpu_node("n1", layouts=IDLE, labels=labels), mig_parted(IDLE), *pods])
 
+
 def gates_of(c: FakeCluster, key: str) -> list[str]:
     return [g["name"] for g in c.pods[key]["spec"].get("schedulingGates") or []]
 
+
 def lifted(c: Any, reason: str) -> float:
     return float(c.metrics.gate_lifts.labels(reason)._value.get())
+
 
 def test_a_pod_served_by_a_free_instance_is_lifted_and_pinned() -> None:
     clock = FakeClock()
@@ -53,12 +58,14 @@ def test_a_pod_served_by_a_free_instance_is_lifted_and_pinned() -> None:
     assert lifted(c, "free") == 1
     assert any(r == ev.GATE_LIFTED and FREE in m and "pinned to node n1" in m for _, r, m in c.events.sent)
 
+
 def test_a_node_without_a_hostname_label_lifts_without_a_pin() -> None:
     clock = FakeClock()
     fake = cluster(gated("fits", "1g.5gb", clock), hostname=False)
     c = controller(fake, clock)
     c.reconcile()
     assert gates_of(fake, "ns/fits") == [OTHER["name"]] and "nodeSelector" not in fake.pods["ns/fits"]["spec"]
+
 
 def test_a_pod_a_started_change_serves_is_lifted_after_the_taint() -> None:
     clock = FakeClock(tick=0.5)
@@ -72,6 +79,7 @@ def test_a_pod_a_started_change_serves_is_lifted_after_the_taint() -> None:
     assert gates_of(fake, "ns/recut") == [OTHER["name"]] and lifted(c, "started") == 1
     assert any(STARTED in m for _, r, m in c.events.sent if r == ev.GATE_LIFTED)
 
+
 def test_a_pod_nothing_serves_stays_gated_until_overdue() -> None:
     clock = FakeClock()
     fake = cluster(gated("nowhere", "7g.80gb", clock))  # an 80 GB profile; the one node is an A100 40GB
@@ -82,6 +90,7 @@ def test_a_pod_nothing_serves_stays_gated_until_overdue() -> None:
     c.reconcile()
     assert gates_of(fake, "ns/nowhere") == [OTHER["name"]] and "nodeSelector" not in fake.pods["ns/nowhere"]["spec"]
     assert any(OVERDUE in m for _, r, m in c.events.sent if r == ev.GATE_LIFTED)
+
 
 def test_paused_and_dry_run_release_everyone_without_a_pin() -> None:
     for settings in ({"paused": True}, {"dry_run": True}):
@@ -96,6 +105,7 @@ def test_paused_and_dry_run_release_everyone_without_a_pin() -> None:
         assert not any(call.startswith("patch_node") for call in fake.calls)
         assert lifted(c, "released") == 2 and any(RELEASED in m for _, _, m in c.events.sent)
 
+
 def test_a_gated_pod_migctl_does_not_plan_is_released() -> None:
     clock = FakeClock()
     fake = cluster(gated("mine", "7g.80gb", clock, annotations={EXCLUDE: "true"}))
@@ -103,6 +113,7 @@ def test_a_gated_pod_migctl_does_not_plan_is_released() -> None:
     c.reconcile()
     assert gates_of(fake, "ns/mine") == [OTHER["name"]] and lifted(c, "unplanned") == 1
     assert any(UNPLANNED in m for _, _, m in c.events.sent)
+
 
 def test_a_failed_lift_is_retried_and_never_stops_the_reconcile() -> None:
     clock = FakeClock()
@@ -116,12 +127,14 @@ def test_a_failed_lift_is_retried_and_never_stops_the_reconcile() -> None:
     c.reconcile()
     assert gates_of(fake, "ns/b") == [OTHER["name"]]
 
+
 def test_no_gate_no_lift() -> None:
     clock = FakeClock()
     fake = cluster(pod("plain", {"nvidia.com/mig-1g.5gb": "1"}))
     c = controller(fake, clock)
     c.reconcile()
     assert not any(call.startswith("lift_gate") for call in fake.calls) and lifted(c, "free") == 0
+
 
 def test_with_the_gate_on_the_queue_claims_free_instances_before_the_plan() -> None:
     # on: the pod takes the free 1g.5gb before the plan is made, and the plan does not place it again; off, or a pod

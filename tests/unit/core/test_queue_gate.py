@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.cluster import Pod, Resources, Snapshot
 from migctl.core.planner import plan
 from migctl.core.queue_gate import FREE, OVERDUE, STARTED, gated, lifts, release_all
 from tests.unit.builders import mig, node
@@ -96,3 +96,14 @@ def test_only_pending_pods_that_carry_the_gate_are_released_and_in_queue_order()
     high = _gated("high", "1g.5gb", priority=10)
     assert [p.name for p in gated((running, free, low, high))] == ["high", "low"]
     assert [x.pod for x in release_all((running, free, low, high), "paused")] == ["ns/high", "ns/low"]
+
+
+def test_a_free_instance_goes_only_to_a_pod_whose_cpu_the_node_has_room_for() -> None:
+    # n1 is first and has the free 1g.5gb, but not the 8 CPUs "heavy" asks for: kube-scheduler would never bind it
+    # there, so it is pinned to n2; a small pod behind it takes n1's
+    n1 = node("n1", "a100-40gb", [ALL_1G], [{"1g.5gb": 6}], cpu_m=4_000)
+    n2 = node("n2", "a100-40gb", [ALL_1G], [{"1g.5gb": 6}])
+    heavy = dataclasses.replace(_gated("heavy", "1g.5gb", created="2027-01-15T07:58:00Z"),
+                                requests=Resources(cpu_m=8_000, pods=1))  # fmt: skip
+    snap = Snapshot((n1, n2), (heavy, _gated("small", "1g.5gb")))
+    assert _got(snap) == [("ns/heavy", "n2", FREE), ("ns/small", "n1", FREE)]
