@@ -6,8 +6,9 @@ MIG_POLICIES = ("migctl", "migctl-inplace", "static-all-1g", "static-balanced", 
                 "first-fit", "best-fit", "fgd-mig")  # fmt: skip
 CONTINUOUS = ("cont-bestfit", "cont-fgd")
 # What-if variants for analysis, never in the default comparison: `migctl-oracle-start` is migctl started from
-# static-best-mix's layouts at no cost (the cold start solved by an oracle), docs/simulation.md section 4.1.
-ANALYSIS = ("migctl-oracle-start",)
+# static-best-mix's layouts at no cost (the cold start solved by an oracle), docs/simulation.md section 4.1;
+# `nos-stock` is nos's partitioner re-cutting only idle GPUs, the stock mig-manager's rule (section 4.3).
+ANALYSIS = ("migctl-oracle-start", "nos-stock")
 DEFAULT_POLICIES = (*MIG_POLICIES, *CONTINUOUS)
 ALL_POLICIES = (*DEFAULT_POLICIES, *ANALYSIS)
 WORKLOADS = ("openb-slice", "openb", "miso", "genai")

@@ -74,6 +74,7 @@ REGISTRY: dict[str, Maker] = {
     "best-fit": lambda s: (s.cluster(track=True), Greedy("best-fit")),
     "fgd-mig": lambda s: (s.cluster(track=True), FgdMig(trace_mix(s.shapes, s.jobs))),
     "migctl-oracle-start": lambda s: (s.best_mix(s.cluster()), Controller(s.planner, s.controller)),
+    "nos-stock": lambda s: (s.cluster(track=True), Nos(s.seed, busy=False)),
 }
 
 

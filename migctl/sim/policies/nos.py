@@ -3,7 +3,11 @@ and per node (by name) re-cuts the *free* part of each GPU to the geometry provi
 random: nos takes Go's map order; it has no waste or flexibility term); its agent deletes only free devices,
 creates the new ones through NVML and restarts the device plugin, which closes its node for a drawn
 reconfiguration time, like a relabel (docs/simulation.md §2). A geometry its agent could not create beside the
-devices in use (placements, `Cluster.spots_after`) is not chosen."""
+devices in use (placements, `Cluster.spots_after`) is not chosen.
+
+`nos-stock` (an analysis variant, `busy=False`) is nos's partitioner confined to what the stock mig-manager
+allows migctl: a GPU with an instance in use is never re-cut. It separates the planner from the mechanism
+(docs/simulation.md section 4.3)."""
 
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ class Nos(Policy):
 
     name = "nos"
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, busy: bool = True) -> None:
+        self.busy = busy  # re-cut the free part of busy GPUs (nos's agent); False: idle GPUs only (mig-manager)
         self.window = BatchWindow(NOS_BATCH_IDLE_S, NOS_BATCH_TIMEOUT_S)
         self.rng = np.random.default_rng(seed)  # ties between geometries: Go map order in nos, random here
         self.due: float | None = None
@@ -66,6 +71,9 @@ class Nos(Policy):
             free_after: dict[int, Counter[str]] = {}
             for gid in ids:
                 g = cl.gpus[gid]
+                if g.used and not self.busy:
+                    free_after[gid] = g.free
+                    continue
                 have = sum(min(c, lacking[p]) for p, c in g.free.items())
                 best: tuple[tuple[int, float], CanonicalLayout] | None = None
                 for lay in shapes.layouts:  # geometries applicable without deleting a used device

@@ -31,6 +31,16 @@ def test_nos_recuts_the_free_part_of_a_busy_gpu_node_wide() -> None:
     assert res.window_log[0][2] == pytest.approx(b_start)  # B started when the second window closed
 
 
+def test_nos_stock_recuts_only_idle_gpus() -> None:
+    # The same trace as above through `nos-stock` (nos's partitioner under the stock mig-manager's rule): A's GPU
+    # is busy, so B waits until A leaves and the GPU is idle, and only then is it re-cut.
+    jobs = [Job("a", 5 * GIB, arrival=0.0, duration=10_000.0), Job("b", 35 * GIB, arrival=500.0, duration=10.0)]
+    res = simulate(jobs, [1], H100, Nos(busy=False), reconfig_s=30.0, initial=(("1g.10gb", 7),))
+    assert res.placed == 2 and res.reconfigs == 1
+    assert 500.0 + res.wait_s[1] > 10_000.0  # after A left
+    assert res.window_log[0][1] >= 10_000.0  # the one re-cut began on an idle GPU
+
+
 def test_nos_batches_unschedulable_pods() -> None:
     jobs = [Job("a", 5 * GIB, arrival=0.0, duration=10.0)]
     res = simulate(jobs, [1], H100, "nos", reconfig_s=30.0)
