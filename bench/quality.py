@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from bench import exact
+from bench.instance_spec import Instance
 from bench.instances import (
     TRACE_FAMILIES,
-    Instance,
     hard_instance,
     random_instance,
     trace_available,
