@@ -32,6 +32,7 @@ class Nos(Policy):
 
     def __init__(self, seed: int = 0, busy: bool = True) -> None:
         self.busy = busy  # re-cut the free part of busy GPUs (nos's agent); False: idle GPUs only (mig-manager)
+        self.name = "nos" if busy else "nos-stock"  # as the run result names it
         self.window = BatchWindow(NOS_BATCH_IDLE_S, NOS_BATCH_TIMEOUT_S)
         self.rng = np.random.default_rng(seed)  # ties between geometries: Go map order in nos, random here
         self.due: float | None = None
