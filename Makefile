@@ -21,7 +21,7 @@ example: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check migctl
-	$(BIN)/mypy migctl tests/unit/fake_cluster.py tests/unit/kube_builders.py tests/unit/controller/test_actuator_paths.py tests/unit/controller/test_reconcile.py tests/unit/adapters/test_incremental_snapshot.py tests/unit/controller/test_in_place.py tests/unit/controller/inplace_agent.py tests/unit/controller/test_reconcile_decide.py
+	$(BIN)/mypy migctl tests/unit/fake_cluster.py tests/unit/kube_builders.py tests/unit/controller/test_actuator_paths.py tests/unit/controller/test_reconcile.py tests/unit/adapters/test_incremental_snapshot.py tests/unit/controller/test_in_place.py tests/unit/controller/inplace_agent.py tests/unit/reconcile/test_decide.py
 	$(BIN)/lint-imports
 
 # Build the real control plane (etcd, kube-apiserver, kube-scheduler, kwok, helm) once per machine.

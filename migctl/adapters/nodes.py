@@ -12,18 +12,27 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from migctl.adapters.fields import mapping, maps, short
-from migctl.adapters.node_gpus import diff, match_model, read_node_gpus, usage_from_inventory, with_instances
+from migctl.adapters.node_gpus import (
+    NodeGpuFacts,
+    diff,
+    match_model,
+    read_node_gpus,
+    usage_from_inventory,
+    with_instances,
+)
 from migctl.adapters.pods import meta_of, quantity_at
-from migctl.core.hardware.catalog import Catalog, GpuModel
+from migctl.core.hardware.catalog import Card, Catalog, GpuModel
 from migctl.core.hardware.geometry import CanonicalLayout, ModelGeometry, geometry
 from migctl.core.hardware.naming import profile_from_resource
 from migctl.core.migparted.apply import resolve_candidates
 from migctl.core.migparted.config import MigPartedConfig
 from migctl.core.model.cluster import Gpu, Node, Pod, Resources, Taint
 from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.inventory import Inventory
 from migctl.core.model.node_ids import gpu_ids
 from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
 from migctl.core.text import label_values
@@ -32,9 +41,10 @@ from migctl.core.text.migparted_rules import NEWEST, DeviceId, Version
 from migctl.core.text.quantity import parse_quantity, to_count
 from migctl.errors import InputError
 from migctl.wire import layout as layout_codec
+from migctl.wire.names import GPU_COUNT as GFD_COUNT
+from migctl.wire.names import GPU_MEMORY as GFD_MEMORY
+from migctl.wire.names import GPU_PRODUCT as GFD_PRODUCT
 from migctl.wire.names import (
-    ACTUATION,
-    IN_PLACE,
     MIG_CAPABLE,
     MIG_CONFIG,
     MIG_CONFIG_STATE,
@@ -42,10 +52,8 @@ from migctl.wire.names import (
     MIG_RESOURCE_PREFIX,
     WHOLE_GPU_RESOURCE,
     is_nvidia,
+    opts_in_place,
 )
-from migctl.wire.names import GPU_COUNT as GFD_COUNT
-from migctl.wire.names import GPU_MEMORY as GFD_MEMORY
-from migctl.wire.names import GPU_PRODUCT as GFD_PRODUCT
 from migctl.wire.versions import UnknownVersionError
 
 
@@ -145,7 +153,9 @@ class NodeContext:
         default_factory=dict
     )
     valid_layouts: set[tuple[int, CanonicalLayout]] = field(default_factory=set)  # (id of a kept geometry, layout)
-    in_place: Callable[[Mapping[str, str]], bool] | None = None  # the config's selector of in-place nodes
+    # whether a node's labels opt it into migctl's agent (re-cut the free part of busy GPUs): the reconcile's one
+    # reading of the path (`reconcile.paths.path_of`), handed down by the caller
+    in_place: Callable[[Mapping[str, str]], bool] | None = None
 
     def match_product(self, product: str, total_mib: int | None) -> GpuModel | None:
         """`Catalog.match_product`, once per product and total for all nodes."""
@@ -192,38 +202,80 @@ class NodeContext:
             self.problems.append((kind, where.split(" ", 1)[-1], message))
 
 
-def node_from_object(
-    obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: NodeContext, unreadable: Sequence[str] = ()
-) -> Node | None:
-    meta = meta_of(obj)
-    name = str(meta.get("name") or "")
-    where = f"node {name}"
-    try:
-        spec, status = mapping(obj.get("spec"), "spec"), mapping(obj.get("status"), "status")
-        facts = read_node_gpus(obj)
-        alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
-        allocatable = Resources(
-            math.ceil(quantity_at(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
-            math.ceil(quantity_at(alloc.get("memory", 0), "status.allocatable.memory")),
-            int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
-        )
-        extended = {
-            str(k): ctx.extended(str(k), v)
-            for k, v in alloc.items()
-            if is_nvidia(str(k)) or k == ctx.settings.vram_resource
-        }
-        taints = tuple(
-            Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
-            for t in maps(spec.get("taints"), "spec.taints")
-        )
-    except (ValueError, TypeError) as e:
-        ctx.warn(where, f"{e}; node skipped", "Node")
-        return None
-    labels, annotations, inventory, product = facts.labels, facts.annotations, facts.inventory, facts.product
+class Rank(IntEnum):
+    """Why a node is frozen, by precedence: where several hold, the lowest rank is the one reported (`Freeze`)."""
+
+    MIG_STATE = 0  # mig-manager's state label says a change is under way, or the last one failed
+    IMPOSSIBLE = 1  # the current layout cannot be on this model
+    LEFT_ALONE = 2  # another migctl version's layout record
+    GPU_COUNT = 3  # GFD's GPU count unreadable, and no agent inventory says it
+    LAYOUT_UNKNOWN = 4  # the current layout not resolved for every GPU, and no agent inventory says it
+    DISAGREES = 5  # the recorded layout disagrees with the hardware
+    MODE_PENDING = 6  # a MIG mode change waits for a GPU reset
+    ADVERTISED = 7  # the device plugin's counts disagree with the layout
+    USAGE_UNKNOWN = 8  # a running pod on the node is unreadable
+    RECONFIGURING = 9  # migctl's own taint
+    NOT_MIG_CAPABLE = 10
+
+
+@dataclass
+class Freeze:
+    """The reasons a node must be left alone, each with its rank; `reason` is the one that wins. Precedence is
+    the rank, not the order in which the reading steps find them, and nothing reads the text back."""
+
+    found: dict[Rank, str] = field(default_factory=dict)
+
+    def add(self, rank: Rank, why: str) -> None:
+        self.found.setdefault(rank, why)
+
+    def drop(self, rank: Rank) -> None:
+        self.found.pop(rank, None)
+
+    def holds(self, rank: Rank) -> bool:
+        return rank in self.found
+
+    @property
+    def reason(self) -> str:
+        return self.found[min(self.found)] if self.found else ""
+
+
+@dataclass(frozen=True)
+class _Capacity:
+    allocatable: Resources
+    extended: Mapping[str, int]  # NVIDIA's resources and the VRAM resource, as counts
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+
+
+def _capacity(obj: Mapping[str, Any], ctx: NodeContext) -> _Capacity:
+    """Allocatable, the GPU resources, the taints; ValueError or TypeError naming the field."""
+    spec, status = mapping(obj.get("spec"), "spec"), mapping(obj.get("status"), "status")
+    alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
+    allocatable = Resources(
+        math.ceil(quantity_at(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
+        math.ceil(quantity_at(alloc.get("memory", 0), "status.allocatable.memory")),
+        int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
+    )
+    extended = {
+        str(k): ctx.extended(str(k), v)
+        for k, v in alloc.items()
+        if is_nvidia(str(k)) or k == ctx.settings.vram_resource
+    }
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
+        for t in maps(spec.get("taints"), "spec.taints")
+    )
+    return _Capacity(allocatable, extended, taints, bool(spec.get("unschedulable")))
+
+
+def _gpu_model(
+    facts: NodeGpuFacts, extended: Mapping[str, int], where: str, ctx: NodeContext
+) -> tuple[bool, GpuModel | None, Card | None]:
+    """(a GPU node migctl can read, its MIG model with live memory, its non-MIG card); a problem is reported."""
     if facts.inventory_error:
         ctx.warnings.append(f"{facts.inventory_error}; the node agent's inventory is ignored")
     model, card = match_model(facts, ctx.catalog, ctx.match_product)
-    has_gpu_resources = any(k.startswith(MIG_RESOURCE_PREFIX) or k == WHOLE_GPU_RESOURCE for k in extended)
+    product, labels, inventory = facts.product, facts.labels, facts.inventory
     if product and model is None and card is None:
         ctx.warn(
             where,
@@ -231,17 +283,29 @@ def node_from_object(
             "(add the model with --profiles-dir)",
             "Node",
         )
-        return None
+        return False, None, None
     if not product and (GFD_PRODUCT in labels or GFD_COUNT in labels):
         ctx.warn(where, f"label {GFD_PRODUCT} is empty or missing beside other GPU labels; node skipped", "Node")
-        return None
-    if not product and not has_gpu_resources:
-        return None  # not a GPU node
+        return False, None, None
+    if not product and not any(k.startswith(MIG_RESOURCE_PREFIX) or k == WHOLE_GPU_RESOURCE for k in extended):
+        return False, None, None  # not a GPU node
     if model is not None:
         model = _live_model(model, labels, where, ctx)
         if inventory is not None and (inventory.profiles or inventory.total_mib):
             model = model.with_live_memory(inventory.profiles, inventory.total_mib)  # NVML beats GFD labels
+    return True, model, card
 
+
+@dataclass(frozen=True)
+class _Usage:
+    used: Resources
+    mig_used: Counter[str]
+    whole_used: int
+    gpu_pods: tuple[tuple[str, int, int | None], ...]
+
+
+def _usage(pods_on_node: Sequence[Pod]) -> _Usage:
+    """What the node's running pods hold: CPU, memory and pods, MIG instances by profile, whole GPUs."""
     used = Resources()
     mig_used: Counter[str] = Counter()
     whole_used = 0
@@ -255,130 +319,200 @@ def node_from_object(
                 mig_used[d.profile] += d.count
             elif d.kind == "gpu":
                 whole_used += d.count
-    mig_free = {}
-    for res, n in extended.items():
-        profile = profile_from_resource(res)
-        if profile:
-            mig_free[profile] = max(0, n - mig_used[profile])
-    whole_free = max(0, extended.get(WHOLE_GPU_RESOURCE, 0) - whole_used)
+    return _Usage(used, mig_used, whole_used, tuple(gpu_pods))
 
+
+def _gpu_count(facts: NodeGpuFacts, where: str, freeze: Freeze, ctx: NodeContext) -> int:
+    """How many GPUs: the agent's inventory, else GFD's count label (unreadable: frozen)."""
     count = facts.count or 0
-    frozen = f"label {GFD_COUNT}: {facts.count_error}" if facts.count_error else ""
-    if frozen:
-        ctx.warn(where, f"{frozen}; node frozen, its GPUs unknown", "Node")
+    if facts.count_error:
+        freeze.add(Rank.GPU_COUNT, f"label {GFD_COUNT}: {facts.count_error}")
+        ctx.warn(where, f"label {GFD_COUNT}: {facts.count_error}; node frozen, its GPUs unknown", "Node")
+    inventory = facts.inventory
     if inventory is not None and inventory.gpus:
         if count and count != len(inventory.gpus):
             ctx.warnings.append(
                 f"{where}: {GFD_COUNT}={count} but the node agent sees {len(inventory.gpus)} GPUs; using the agent's"
             )
         count = len(inventory.gpus)
-        if frozen.startswith(f"label {GFD_COUNT}"):
-            frozen = ""
-    gpus: tuple[Gpu, ...] = ()
-    configs: dict[int, GpuConfig] = {}
-    state = labels.get(MIG_CONFIG_STATE, "")
+        freeze.drop(Rank.GPU_COUNT)  # the agent says what the label could not
+    return count
+
+
+def _recorded_layout(
+    facts: NodeGpuFacts, model: GpuModel, count: int, where: str, freeze: Freeze, ctx: NodeContext
+) -> dict[int, GpuConfig]:
+    """The current layout as migctl recorded it (`migctl.io/layout`) or as the mig-parted config the node's
+    label names resolves on its GPUs; {} when unknown (frozen unless the hardware says it)."""
+    labels, inventory = facts.labels, facts.inventory
     config_label = labels.get(MIG_CONFIG, "")
-    if model is not None and count:
-        raw = annotations.get(ctx.operator.layout_annotation)
-        try:
-            if raw:
-                configs = _layout_from_annotation(str(raw), count)
-            elif config_label and ctx.mig_parted is not None:
-                configs = resolve_candidates(  # by each GPU's own PCI id, as mig-parted matches it
-                    ctx.mig_parted,
-                    config_label,
-                    gpu_ids(model, product, inventory, count) if inventory else ctx.gpu_ids(model, product, count),
-                    ctx.mig_parted_source,
-                    ctx.version,
-                )
-        except UnknownVersionError as e:  # another migctl's record: never planned from, never overwritten
-            frozen = f"left alone: {e}"
-            ctx.warn(where, f"{e}; node left alone", "Node")
-            configs = {}
-        except (InputError, ValueError, TypeError, AttributeError) as e:
-            ctx.warnings.append(f"{where}: current layout unreadable: {e}")
-            configs = {}
-        if len(configs) != count and not frozen:
-            frozen = (
-                f"current layout unknown (label {MIG_CONFIG}={config_label or '<none>'} not resolved for all "
-                f"{count} GPUs)"
+    raw = facts.annotations.get(ctx.operator.layout_annotation)
+    configs: dict[int, GpuConfig] = {}
+    try:
+        if raw:
+            configs = _layout_from_annotation(str(raw), count)
+        elif config_label and ctx.mig_parted is not None:
+            configs = resolve_candidates(  # by each GPU's own PCI id, as mig-parted matches it
+                ctx.mig_parted,
+                config_label,
+                gpu_ids(model, facts.product, inventory, count)
+                if inventory
+                else ctx.gpu_ids(model, facts.product, count),
+                ctx.mig_parted_source,
+                ctx.version,
             )
-            configs = {}
+    except UnknownVersionError as e:  # another migctl's record: never planned from, never overwritten
+        freeze.add(Rank.LEFT_ALONE, f"left alone: {e}")
+        ctx.warn(where, f"{e}; node left alone", "Node")
+        return {}
+    except (InputError, ValueError, TypeError, AttributeError) as e:
+        ctx.warnings.append(f"{where}: current layout unreadable: {e}")
+        configs = {}
+    if len(configs) != count:
+        if not freeze.found:
+            freeze.add(
+                Rank.LAYOUT_UNKNOWN,
+                f"current layout unknown (label {MIG_CONFIG}={config_label or '<none>'} not resolved for all "
+                f"{count} GPUs)",
+            )
+        return {}
+    return configs
+
+
+def _with_hardware(
+    configs: dict[int, GpuConfig], inventory: Inventory, where: str, freeze: Freeze, ctx: NodeContext
+) -> dict[int, GpuConfig]:
+    """The agent's inventory is the hardware: it wins over the record, which is checked against it."""
+    hardware = {g.index: g.config for g in inventory.gpus}
+    if configs and configs != hardware:
+        problem = "the recorded layout disagrees with the hardware (node agent): " + diff(configs, hardware)
+        ctx.warnings.append(f"{where}: {problem}")
+        freeze.add(Rank.DISAGREES, problem)
+    elif freeze.holds(Rank.LAYOUT_UNKNOWN):
+        freeze.drop(Rank.LAYOUT_UNKNOWN)  # the hardware says what the labels could not
+    pending = [g.index for g in inventory.gpus if g.mig_pending != g.mig_enabled]
+    if pending:
+        freeze.add(Rank.MODE_PENDING, f"MIG mode change pending a GPU reset on GPU {', '.join(map(str, pending))}")
+    return hardware
+
+
+def _state_freezes(
+    facts: NodeGpuFacts, cap: _Capacity, model: GpuModel | None, freeze: Freeze, ctx: NodeContext
+) -> None:
+    """mig-manager's state label, migctl's taint, GFD's MIG-capable label."""
+    state = facts.labels.get(MIG_CONFIG_STATE, "")
+    if state in ("pending", "rebooting"):
+        freeze.add(Rank.MIG_STATE, f"reconfiguration in progress ({MIG_CONFIG_STATE}={state})")
+    elif state == "failed":
+        freeze.add(Rank.MIG_STATE, f"last reconfiguration failed ({MIG_CONFIG_STATE}=failed)")
+    if any(t.key == ctx.settings.reconfigure_taint for t in cap.taints):
+        freeze.add(Rank.RECONFIGURING, "migctl is reconfiguring it")
+    if model is not None and facts.labels.get(MIG_CAPABLE, "true") == "false":
+        freeze.add(Rank.NOT_MIG_CAPABLE, f"{MIG_CAPABLE}=false")
+
+
+def node_from_object(
+    obj: Mapping[str, Any], pods_on_node: Sequence[Pod], ctx: NodeContext, unreadable: Sequence[str] = ()
+) -> Node | None:
+    """One Node object as the planner's node, in named steps: capacity, the GPU model, what the pods hold, the
+    GPU count, the current layout (the record, then the hardware), the checks that freeze it, per-GPU usage."""
+    name = str(meta_of(obj).get("name") or "")
+    where = f"node {name}"
+    try:
+        cap = _capacity(obj, ctx)
+        facts = read_node_gpus(obj)
+    except (ValueError, TypeError) as e:
+        ctx.warn(where, f"{e}; node skipped", "Node")
+        return None
+    gpu_node, model, card = _gpu_model(facts, cap.extended, where, ctx)
+    if not gpu_node:
+        return None
+    usage = _usage(pods_on_node)
+    mig_free = {
+        profile: max(0, n - usage.mig_used[profile])
+        for res, n in cap.extended.items()
+        if (profile := profile_from_resource(res))
+    }
+    whole_free = max(0, cap.extended.get(WHOLE_GPU_RESOURCE, 0) - usage.whole_used)
+
+    freeze = Freeze()
+    count = _gpu_count(facts, where, freeze, ctx)
+    inventory = facts.inventory
+    configs: dict[int, GpuConfig] = {}
+    if model is not None and count:
+        configs = _recorded_layout(facts, model, count, where, freeze, ctx)
     elif card is not None and count:
         configs = {i: GpuConfig.disabled() for i in range(count)}
-
     if inventory is not None and inventory.gpus and (model is not None or card is not None):
-        hardware = {g.index: g.config for g in inventory.gpus}
-        if configs and configs != hardware:
-            problem = "the recorded layout disagrees with the hardware (node agent): " + diff(configs, hardware)
-            ctx.warnings.append(f"{where}: {problem}")
-            frozen = frozen or problem
-        elif frozen.startswith("current layout unknown"):
-            frozen = ""  # the hardware says what the labels could not
-        configs = hardware
-        pending = [g.index for g in inventory.gpus if g.mig_pending != g.mig_enabled]
-        if pending:
-            frozen = frozen or f"MIG mode change pending a GPU reset on GPU {', '.join(map(str, pending))}"
-
+        configs = _with_hardware(configs, inventory, where, freeze, ctx)
     impossible = _impossible(model, configs, ctx)
     if impossible:  # never planned from, never written into a target: the node keeps no GPUs in the plan
         ctx.warn(where, f"{impossible}; node frozen", "Node")
-        frozen, configs = impossible, {}
-    if configs:
-        problem = _cross_check(model, configs, extended)
-        if problem:
-            ctx.warnings.append(f"{where}: {problem}")
-            frozen = frozen or problem
+        freeze.add(Rank.IMPOSSIBLE, impossible)
+        configs = {}
+    if configs and (problem := _cross_check(model, configs, cap.extended)):
+        ctx.warnings.append(f"{where}: {problem}")
+        freeze.add(Rank.ADVERTISED, problem)
     if unreadable:  # a running pod we cannot read holds something: the node's usage is unknown, never free
-        frozen = frozen or f"usage unknown: running pod {unreadable[0]} is unreadable"
+        freeze.add(Rank.USAGE_UNKNOWN, f"usage unknown: running pod {unreadable[0]} is unreadable")
         mig_free, whole_free = {}, 0
-    if state in ("pending", "rebooting"):
-        frozen = f"reconfiguration in progress ({MIG_CONFIG_STATE}={state})"
-    elif state == "failed":
-        frozen = f"last reconfiguration failed ({MIG_CONFIG_STATE}=failed)"
-    if any(t.key == ctx.settings.reconfigure_taint for t in taints):
-        frozen = frozen or "migctl is reconfiguring it"
-    if model is not None and labels.get(MIG_CAPABLE, "true") == "false":
-        frozen = frozen or f"{MIG_CAPABLE}=false"
+    _state_freezes(facts, cap, model, freeze, ctx)
 
-    usage_known = not unreadable and (not gpu_pods or (len(configs) == 1))
-    from_hardware = None
-    if inventory is not None and configs and set(configs) == {g.index for g in inventory.gpus}:
-        from_hardware, why = usage_from_inventory(inventory, mig_used, whole_used, pods_on_node)
-        if from_hardware is None and gpu_pods:
-            ctx.warnings.append(f"{where}: per-GPU usage unknown: {why}")
-    hardware_usage = from_hardware is not None and not unreadable
-    usage_known = usage_known or bool(configs and hardware_usage)
-    if configs and not usage_known:  # nothing in them changes: GPUs alike on any node are one object
-        gpus = tuple(ctx.unknown_gpu(i, configs[i]) for i in sorted(configs))
-    elif configs:
-        per_gpu: dict[int, tuple[Mapping[str, int], int]] = {i: ({}, 0) for i in configs}
-        if from_hardware is not None and hardware_usage:
-            per_gpu = dict(from_hardware)
-        elif gpu_pods and len(configs) == 1:
-            (only,) = configs
-            per_gpu[only] = (mig_used, whole_used)
-        gpus = tuple(Gpu(i, configs[i], dict(per_gpu[i][0]), bool(per_gpu[i][1])) for i in sorted(configs))
-    in_place = labels.get(ACTUATION) == IN_PLACE or (ctx.in_place is not None and ctx.in_place(labels))
-    if in_place and inventory is not None and from_hardware is not None and hardware_usage:
-        gpus = tuple(with_instances(g, inventory) for g in gpus)
+    in_place = ctx.in_place(facts.labels) if ctx.in_place is not None else opts_in_place(facts.labels)
+    gpus, usage_known = _per_gpu(configs, inventory, usage, pods_on_node, bool(unreadable), in_place, where, ctx)
     return Node(
         name=name,
-        labels=labels,
-        taints=taints,
-        unschedulable=bool(spec.get("unschedulable")),
-        allocatable=allocatable,
-        used=used,
+        labels=facts.labels,
+        taints=cap.taints,
+        unschedulable=cap.unschedulable,
+        allocatable=cap.allocatable,
+        used=usage.used,
         model=model,
         card=card,
         gpus=gpus,
         mig_free=mig_free,
         whole_free=whole_free,
         usage_known=usage_known and bool(gpus),
-        frozen_reason=frozen,
-        gpu_pods=tuple(gpu_pods),
+        frozen_reason=freeze.reason,
+        gpu_pods=usage.gpu_pods,
         in_place=in_place,
     )
+
+
+def _per_gpu(
+    configs: Mapping[int, GpuConfig],
+    inventory: Inventory | None,
+    usage: _Usage,
+    pods_on_node: Sequence[Pod],
+    unreadable: bool,
+    in_place: bool,
+    where: str,
+    ctx: NodeContext,
+) -> tuple[tuple[Gpu, ...], bool]:
+    """Each GPU with what is in use on it (the agent's inventory, or the node's pods where it has one GPU), and
+    whether the node's usage is known; on an in-place node, every instance where it sits."""
+    usage_known = not unreadable and (not usage.gpu_pods or (len(configs) == 1))
+    from_hardware = None
+    if inventory is not None and configs and set(configs) == {g.index for g in inventory.gpus}:
+        from_hardware, why = usage_from_inventory(inventory, usage.mig_used, usage.whole_used, pods_on_node)
+        if from_hardware is None and usage.gpu_pods:
+            ctx.warnings.append(f"{where}: per-GPU usage unknown: {why}")
+    hardware_usage = from_hardware is not None and not unreadable
+    usage_known = usage_known or bool(configs and hardware_usage)
+    if not configs:
+        return (), usage_known
+    if not usage_known:  # nothing in them changes: GPUs alike on any node are one object
+        return tuple(ctx.unknown_gpu(i, configs[i]) for i in sorted(configs)), usage_known
+    per_gpu: dict[int, tuple[Mapping[str, int], int]] = {i: ({}, 0) for i in configs}
+    if from_hardware is not None and hardware_usage:
+        per_gpu = dict(from_hardware)
+    elif usage.gpu_pods and len(configs) == 1:
+        (only,) = configs
+        per_gpu[only] = (usage.mig_used, usage.whole_used)
+    gpus = tuple(Gpu(i, configs[i], dict(per_gpu[i][0]), bool(per_gpu[i][1])) for i in sorted(configs))
+    if in_place and inventory is not None and from_hardware is not None and hardware_usage:
+        gpus = tuple(with_instances(g, inventory) for g in gpus)
+    return gpus, usage_known
 
 
 def offers(obj: Mapping[str, Any], resource: str) -> bool:

@@ -35,7 +35,13 @@ class LeaderElectionSettings(BaseModel):
 
     enabled: bool = Field(True, description="Run two replicas safely. Off only for a single replica you trust.")
     lease_name: str = Field("migctl", description="Lease object name; replicas sharing it elect one leader.")
-    lease_namespace: str = Field("gpu-operator", description="Namespace of the Lease.")
+    lease_namespace: str = Field(
+        "",
+        description="Namespace of the Lease. Empty: the namespace migctl runs in (in a pod: env POD_NAMESPACE, else "
+        "its service account's; the chart's release namespace), so every replica, the webhook and a workstation "
+        "`migctl run` meet on one Lease. Out of a cluster, `migctl run` takes the Lease of the controller whose "
+        "config ConfigMap it finds, and refuses to lead without one (config/cluster.py).",
+    )
     lease_duration_s: float = Field(
         15.0, gt=0, description="A follower takes over when the leader has not renewed for this long (failover time)."
     )
@@ -53,18 +59,6 @@ class LeaderElectionSettings(BaseModel):
                 "a new one can take over"
             )
         return self
-
-
-# The stock guard rail each in-place setting replaces on an in-place node (an in-place change moves no running pod
-# and holds its node for seconds: the stock path's minutes, against flapping between relabels that pause a node,
-# are not its rails).
-IN_PLACE_RAILS: dict[str, str] = {
-    "cooldown_s": "in_place_cooldown_s",
-    "min_dwell_s": "in_place_min_dwell_s",
-    "max_concurrent_nodes": "in_place_max_concurrent_nodes",
-    "batch_stable_s": "in_place_batch_stable_s",
-    "batch_max_s": "in_place_batch_max_s",
-}
 
 
 class ControllerSettings(BaseModel):
@@ -248,8 +242,12 @@ class ControllerSettings(BaseModel):
         description="/readyz answers 503 once this many reconciles in a row have failed (the controller cannot "
         "plan); the next successful one makes it ready again.",
     )
-    log_format: Literal["text", "json"] = Field("text", description="`json`: one JSON object per line.")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Root log level.")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="`json`: one JSON object per line. Every component (agents, webhook, fallback) follows it."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Root log level, of every component."
+    )
 
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
 
@@ -266,11 +264,6 @@ class ControllerSettings(BaseModel):
             if len(LabelSelector.parse(term).requirements) != 1 or term.strip().startswith("!") or "!=" in term:
                 raise ValueError(f"in_place_conflicts: {term!r}: expected one `key` or `key=value`")
         return self
-
-    def in_place_rails(self) -> ControllerSettings:
-        """These settings as they apply to a node on the in-place path: its own cooldown, dwell, batching window and
-        concurrency under the stock names (`IN_PLACE_RAILS`), so one guard-rail rule serves both paths."""
-        return self.model_copy(update={stock: getattr(self, own) for stock, own in IN_PLACE_RAILS.items()})
 
     @property
     def in_place_selector(self) -> LabelSelector:

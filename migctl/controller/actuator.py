@@ -35,7 +35,8 @@ from migctl.controller.nodechecks import (
     expected_resources,
     mig_manager_verdict,
 )
-from migctl.controller.nodestate import (
+from migctl.controller.rollback import RollbackSteps
+from migctl.reconcile.nodestate import (
     APPLYING,
     DRAINING,
     IN_PLACE_PHASES,
@@ -52,7 +53,6 @@ from migctl.controller.nodestate import (
     read_state,
     wire_layouts,
 )
-from migctl.controller.rollback import RollbackSteps
 from migctl.wire import layout as layout_codec
 from migctl.wire.names import (
     BACKOFF_UNTIL,

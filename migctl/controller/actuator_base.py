@@ -19,9 +19,9 @@ from migctl.config import Config
 from migctl.controller import events as ev
 from migctl.controller.configmap import ConfigMapWriter
 from migctl.controller.events import EventSink
-from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target
+from migctl.reconcile.guards import EvictionLedger
+from migctl.reconcile.nodestate import PHASE_ANNOTATIONS, Target
 from migctl.wire.names import LAST_ATTEMPT, MIG_CONFIG, PHASE, PHASE_SINCE, PLAN_ID, TARGET
 
 log = logging.getLogger("migctl.controller.actuator")

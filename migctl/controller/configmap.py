@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable
 
 from migctl.adapters.kube.errors import ConflictError
 from migctl.adapters.kube.interface import ControllerApi, Obj
-from migctl.controller.nodestate import target_configs
 from migctl.core.migparted.config import ConfigEntry, MigPartedConfig, entries_for, parse, render, without_unreadable
 from migctl.core.model.gpu_config import CONFIG_PREFIX, NodeConfig
 from migctl.core.model.settings import GpuOperatorSettings
 from migctl.core.text.migparted_rules import format_version, name_problem
 from migctl.errors import InputError
+from migctl.reconcile.nodestate import target_configs
 from migctl.wire.names import MANAGED_BY, MIG_CONFIG, MIGCTL
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 
 from migctl.adapters.events import event_body
 from migctl.adapters.kube.errors import KubeError
@@ -57,12 +58,20 @@ def pod_ref(key: str, uid: str | None = None) -> Obj:
 class EventSink:
     """Writes Events; `sent` keeps the last few for tests and debugging."""
 
-    def __init__(self, kube: EventApi, instance: str | None = None) -> None:
+    def __init__(
+        self, kube: EventApi, instance: str | None = None, pod_uid: Callable[[str], str | None] | None = None
+    ) -> None:
+        """`pod_uid(key)`: the uid of a pod by `namespace/name` (the controller's watched pods). `kubectl describe
+        pod` selects Events by involvedObject uid, so a pod Event without one is never shown there."""
         self.kube = kube
         self.instance = instance or socket.gethostname()
         self.sent: list[tuple[str, str, str]] = []  # (object, reason, message)
+        self.pod_uid = pod_uid or (lambda key: None)
 
     def emit(self, ref: Obj, reason: str, message: str, warning: bool = False) -> None:
+        if ref["kind"] == "Pod" and not ref.get("uid"):
+            uid = self.pod_uid(f"{ref.get('namespace')}/{ref['name']}")
+            ref = {**ref, "uid": uid} if uid else ref
         namespace = ref.get("namespace") or "default"
         body = event_body(ref, reason, message, COMPONENT, self.instance, warning)
         what = f"{ref['kind']} {namespace + '/' if ref['kind'] == 'Pod' else ''}{ref['name']}"

@@ -13,7 +13,8 @@ pod) and the plan:
 * paused or dry run: every gated pod is released (a migctl that does not act holds nobody);
 * a gated pod the snapshot does not hold (opted out of planning, a spec it cannot read) is released: no plan will
   ever serve it, and no pod may wait on a plan that cannot.
-The controller lifts every migctl gate it finds whether `controller.queue_gate` is on or not (turning it off
+Which pods to lift is decided in the reconcile's one step (`reconcile/step.py`); this module only carries it
+out. The controller lifts every migctl gate it finds whether `controller.queue_gate` is on or not (turning it off
 releases everyone). A lift that fails (API error) is logged and decided again at the next reconcile; it never
 stops the reconcile. Each lift gets a pod Event (`MigctlGateLifted`) and counts in `migctl_queue_gate_lifts`.
 """
@@ -22,31 +23,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol
 
 from migctl.adapters.kube.calls import Stopped
 from migctl.adapters.kube.errors import KubeError
 from migctl.adapters.kube.interface import Obj
-from migctl.adapters.pods import queue_gate_at
+from migctl.adapters.views import is_pod, pod_view
 from migctl.controller import events as ev
 from migctl.controller.events import EventSink
 from migctl.controller.metrics import Metrics
-from migctl.controller.reconcile import Action, Start
-from migctl.core.model.cluster import Snapshot
-from migctl.core.model.plan import Plan
-from migctl.core.queue_claims import NONE, claim, claimed, collisions
-from migctl.core.queue_gate import CLAIMED, FREE, OVERDUE, STARTED, Lift, lifts, release_all
-from migctl.wire.names import HOSTNAME, QUEUE_GATE
+from migctl.core.queue_gate import STARTED, Lift
+from migctl.wire.names import QUEUE_GATE
 
 log = logging.getLogger("migctl.controller.gates")
 
-RELEASED = "migctl is paused or in dry run: it holds nobody"
-UNPLANNED = "migctl does not plan it (opted out, or its spec cannot be read)"
-LABELS = {
-    CLAIMED: "claimed", FREE: "free", STARTED: "started", OVERDUE: "overdue", RELEASED: "released",
-    UNPLANNED: "unplanned",
-}  # fmt: skip
 TAINTED_STEPS = frozenset({"tainted", "in-place-tainted"})  # the actuator's steps right after its taint write
 
 
@@ -56,72 +47,32 @@ class GateApi(Protocol):
 
 def unplanned(objects: Iterable[Obj], known: Collection[str]) -> list[str]:
     """Pending pods that carry migctl's gate and are not in `known` (the snapshot's pods and the reserved ones)."""
-    out = []
-    for obj in objects:
-        if obj.get("kind") != "Pod":
-            continue
-        spec = obj.get("spec") or {}
-        if not spec.get("nodeName") and queue_gate_at(spec) is not None:
-            meta = obj.get("metadata") or {}
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            if key not in known:
-                out.append(key)
-    return sorted(out)
+    views = (pod_view(o) for o in objects if is_pod(o))
+    return sorted(v.key for v in views if v.pending and v.gated and v.key not in known)
 
 
 class Gates:
     """The lifting, and the `STARTED` lifts that wait for their node's taint (node -> lifts)."""
 
-    def __init__(self, metrics: Metrics, events: EventSink, max_hold_s: float) -> None:
-        self.metrics, self.events, self.max_hold_s = metrics, events, max_hold_s
+    def __init__(self, metrics: Metrics, events: EventSink) -> None:
+        self.metrics, self.events = metrics, events
         self.kube: GateApi | None = None  # the leader's term-bound API (set when it starts leading)
         self.waiting: dict[str, tuple[list[Lift], str | None]] = {}  # node -> (lifts, its hostname label)
-        self.claims = NONE  # this reconcile's (`claim`)
         self._lock = threading.Lock()
 
-    def claim(self, snapshot: Snapshot, on: bool) -> Snapshot:
-        """The queue's claims of this reconcile (none unless `on`: the gate is on and migctl acts), and the
-        snapshot with the claimed pods bound, which the plan is made on."""
-        self.claims = claim(snapshot) if on else NONE
-        return claimed(snapshot, self.claims)
-
-    def defer(self, actions: list[Action], snapshot: Snapshot, plan: Plan) -> list[Action]:
-        """`actions` less the starts whose change could destroy an instance a pod claimed now may get: they wait
-        for the next reconcile (the lifts' pod events trigger it), which sees those pods bound."""
-        wait = collisions(snapshot, plan, self.claims)
-        for node in sorted(wait):
-            log.info("node %s: change waits a reconcile for the pods released to its free instances", node)
-        return [a for a in actions if not (isinstance(a, Start) and a.node in wait)]
-
-    def reconcile(
-        self,
-        snapshot: Snapshot,
-        plan: Plan,
-        starting: Collection[str],
-        now: float,
-        release: bool,
-        strays: Iterable[str],
-        in_flight: Collection[str],
-    ) -> list[Lift]:
-        """Lift what the rule releases now; keep the `STARTED` lifts of `starting` for their node's taint.
-        `release`: paused or dry run. `strays`: gated pods the snapshot does not hold (`unplanned`). Returns the
-        lifts decided (the tests read them)."""
-        decided = release_all(snapshot.pods, RELEASED) if release else lifts(
-            snapshot, plan, starting, now, self.max_hold_s, self.claims
-        )  # fmt: skip
-        decided += [Lift(key, None, UNPLANNED) for key in strays]
-        hostnames = {n.name: n.labels.get(HOSTNAME) for n in snapshot.nodes}
+    def apply(self, lifts: Iterable[Lift], hostnames: Mapping[str, str | None], in_flight: Collection[str]) -> None:
+        """Lift what the reconcile decided now; keep the `STARTED` lifts for their node's taint (`on_step`).
+        `hostnames`: each node's hostname label, the pin's value."""
         later: dict[str, list[Lift]] = {}
         with self._lock:
             self.waiting = {n: w for n, w in self.waiting.items() if n in in_flight}  # a worker that never tainted
-        for lift in decided:
-            if lift.reason == STARTED and lift.node is not None:
+        for lift in lifts:
+            if lift.why == STARTED and lift.node is not None:
                 later.setdefault(lift.node, []).append(lift)
             elif not self._lift(lift, hostnames.get(lift.node) if lift.node else None):
                 break
         with self._lock:
             self.waiting.update({n: (ls, hostnames.get(n)) for n, ls in later.items()})
-        return decided
 
     def on_step(self, node: str, step: str) -> None:
         """The actuator's step hook: right after the taint write of a change, lift the pods it starts for."""
@@ -140,7 +91,7 @@ class Gates:
             return False
         namespace, _, name = lift.pod.partition("/")
         if lift.node is not None and not hostname:
-            log.info("pod %s: node %s has no %s label; lifting its gate without a pin", lift.pod, lift.node, HOSTNAME)
+            log.info("pod %s: node %s has no hostname label; lifting its gate without a pin", lift.pod, lift.node)
             hostname = None
         try:
             outcome = kube.lift_gate(namespace, name, hostname if lift.node else None)
@@ -153,7 +104,7 @@ class Gates:
             log.debug("pod %s: no queue gate to lift (%s)", lift.pod, outcome)
             return True
         pin = f"; pinned to node {lift.node}" if lift.node and hostname else ""
-        log.info("pod %s: queue gate lifted: %s%s", lift.pod, lift.reason, pin, extra={"node": lift.node or ""})
-        self.metrics.gate_lifts.labels(LABELS.get(lift.reason, "other")).inc()
-        self.events.emit(ev.pod_ref(lift.pod), ev.GATE_LIFTED, f"queue gate {QUEUE_GATE} lifted: {lift.reason}{pin}")
+        log.info("pod %s: queue gate lifted: %s%s", lift.pod, lift.text, pin, extra={"node": lift.node or ""})
+        self.metrics.gate_lifts.labels(str(lift.why)).inc()
+        self.events.emit(ev.pod_ref(lift.pod), ev.GATE_LIFTED, f"queue gate {QUEUE_GATE} lifted: {lift.text}{pin}")
         return True

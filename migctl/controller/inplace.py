@@ -25,9 +25,10 @@ from typing import Any
 from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, annotations_of, taints_of
-from migctl.controller.guards import NodeRecord, failure_backoff
 from migctl.controller.nodechecks import allocatable_mismatch, classify_pods
-from migctl.controller.nodestate import (
+from migctl.core.model.gpu_config import GpuConfig, config_name
+from migctl.reconcile.guards import NodeRecord, failure_backoff
+from migctl.reconcile.nodestate import (
     ADMITTING,
     ADVERTISING,
     AGENT_APPLYING,
@@ -36,7 +37,6 @@ from migctl.controller.nodestate import (
     Target,
     wire_layouts,
 )
-from migctl.core.model.gpu_config import GpuConfig, config_name
 from migctl.wire import inplace as wire
 from migctl.wire import layout as layout_codec
 from migctl.wire.names import (

@@ -17,14 +17,11 @@ term's stop flag: every worker stops before its next write.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -33,39 +30,34 @@ from migctl.adapters.kube.cache import ClusterCache, fingerprint
 from migctl.adapters.kube.errors import KubeError
 from migctl.adapters.kube.interface import ControllerApi, ObjectCache
 from migctl.adapters.memo import ConversionMemo
+from migctl.adapters.views import is_pod, node_view, pod_view
 from migctl.config import Config
 from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.events import EventSink
 from migctl.controller.gates import TAINTED_STEPS, Gates, unplanned
-from migctl.controller.guards import EvictionLedger
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
-from migctl.controller.reconcile import (
-    NodeFacts,
-    Start,
-    Windows,
-    decide,
-    freeze,
-    frozen_nodes,
-    hold_burst,
-    paths,
-    reserved_pods,
-)
 from migctl.controller.reporting import Reporter
 from migctl.controller.snapshots import build_snapshot
 from migctl.controller.workers import Workers
 from migctl.core.hardware.catalog import Catalog, load_catalog
 from migctl.core.model.plan import Plan
 from migctl.core.planner import plan as make_plan
-from migctl.wire.names import IN_PLACE, MIG_CONFIG
+from migctl.reconcile.decide import Start, Windows
+from migctl.reconcile.facts import NodeFacts, reserved_pods
+from migctl.reconcile.guards import EvictionLedger
+from migctl.reconcile.paths import IN_PLACE_PATH, STOCK, path_of
+from migctl.reconcile.reasons import Code
+from migctl.reconcile.step import Clock, Facts, Outcome, step
+from migctl.wire.names import HOSTNAME
 
 log = logging.getLogger(__name__)
 
 
-def _meta(obj: Obj) -> dict[str, Any]:
-    return dict(obj.get("metadata") or {})
+# How each path's change starts (`reconcile/paths.py` names the paths; the actuator carries them out).
+BEGIN: dict[str, Callable[..., str]] = {STOCK.name: Actuator.start, IN_PLACE_PATH.name: Actuator.start_in_place}
 
 
 class Controller(Workers):
@@ -94,10 +86,12 @@ class Controller(Workers):
         self._stop = threading.Event()
         self._connect = connect or self._kube_api
         self.kube = self._connect(self._stop)  # reads and Events
-        self.events = EventSink(self.kube, self.identity)
+        self.pod_uids: dict[str, str] = {}  # pod key -> uid, of the last reconcile's watched pods (pod Events)
+        self.events = EventSink(self.kube, self.identity, self.pod_uids.get)
         self.reporter = Reporter(self.metrics, self.events, self.settings)
-        self.gates = Gates(self.metrics, self.events, self.settings.queue_gate_max_hold_s)
-        self.in_place_selector = self.settings.in_place_selector  # one object: the conversion memo's key
+        self.gates = Gates(self.metrics, self.events)
+        selector = self.settings.in_place_selector
+        self.in_place = lambda labels: path_of(labels, selector).re_cuts_busy  # one object: the memo's key
         self.ledger = EvictionLedger()
         self.cache: ObjectCache = cache or ClusterCache(
             self._client(),
@@ -120,7 +114,8 @@ class Controller(Workers):
         self.settled: dict[str, float] = {}  # pod -> until when it stays out of planning
         self.last_plan: Plan | None = None
         self.last_plan_id = ""
-        self.last_decisions: list[tuple[str, bool, str]] = []
+        self.last_decisions: list[tuple[str, bool, Code]] = []
+        self.last_outcome: Outcome | None = None
         self.failed_in_a_row = 0  # reconciles that raised since the last one that did not (readiness)
         self._lock = threading.Lock()  # workers, settled
         self._reconcile_lock = threading.Lock()
@@ -219,7 +214,7 @@ class Controller(Workers):
                 lambda: referenced_configs(kube.list_nodes()),  # fresh: the cache may lag a moment
                 hook=self.hook,
             ),
-            events=EventSink(kube, self.identity),
+            events=EventSink(kube, self.identity, self.pod_uids.get),
             metrics=self.metrics,
             ledger=self.ledger,
             stop=self.term_stop,
@@ -233,7 +228,7 @@ class Controller(Workers):
             except (KubeError, Stopped) as e:
                 log.error("could not create migctl's ConfigMap (retried on the next reconcile): %s", e)
         try:  # nodes in flight outside node_selector (relabelled mid-phase while no replica was running)
-            self.strays |= {str(_meta(n).get("name")) for n in kube.list_nodes() if self._in_flight(n)}
+            self.strays |= {node_view(n).name for n in kube.list_nodes() if self._in_flight(n)}
         except (KubeError, Stopped) as e:
             log.error("could not list nodes for in-flight changes outside node_selector: %s", e)
         self._leading = True
@@ -257,18 +252,22 @@ class Controller(Workers):
 
     # -- triggers ------------------------------------------------------------------------------------------
 
+    def _facts(self, node: Obj) -> NodeFacts:
+        v = node_view(node)
+        return NodeFacts(v.name, v.labels, v.annotations, v.tainted(self.config.planner.reconfigure_taint))
+
     def _in_flight(self, node: Obj) -> bool:
-        return NodeFacts.of(node, self.config.planner.reconfigure_taint).in_flight
+        return self._facts(node).in_flight
 
     def _on_change(self, kind: str, event: str, obj: Obj) -> None:
         if kind == "Node" and event == "DELETED" and self._in_flight(obj):
-            self.strays.add(str(_meta(obj).get("name")))  # deleted, or relabelled out of node_selector
+            self.strays.add(node_view(obj).name)  # deleted, or relabelled out of node_selector
         if self._stop.is_set() or not self._leading:
             return
         if kind == "Pod":
-            spec = obj.get("spec") or {}
+            pod = pod_view(obj)
             # only pending pods, pods leaving a node, and pod deletions can change a plan
-            if spec.get("nodeName") and event != "DELETED" and not _meta(obj).get("deletionTimestamp"):
+            if not pod.pending and event != "DELETED" and not pod.deleting:
                 return
         self.trigger(self.settings.debounce_s)
 
@@ -311,7 +310,12 @@ class Controller(Workers):
         if self.settings.paused:
             return True
         cm = self.cache.configmap(self.settings.configmap_namespace, self.settings.configmap_name)
-        return bool(cm) and _meta(cm or {}).get("annotations", {}).get(self.settings.pause_annotation) == "true"
+        return cm is not None and node_view(cm).annotations.get(self.settings.pause_annotation) == "true"
+
+    def _busy(self) -> set[str]:
+        """The nodes a worker is changing now (under `_lock`)."""
+        self.workers = {n: t for n, t in self.workers.items() if t.is_alive()}
+        return set(self.workers)
 
     def _reconcile_once(self) -> None:
         if not self._leading or self._stop.is_set() or not self.cache.synced():
@@ -322,68 +326,62 @@ class Controller(Workers):
         paused = self._paused()
         self.metrics.paused.set(1 if paused else 0)
         with self._lock:
-            self.workers = {n: t for n, t in self.workers.items() if t.is_alive()}
-            in_flight = set(self.workers)
+            in_flight = self._busy()
             self.settled = {p: until for p, until in self.settled.items() if until > now}
             reserved = set(self.settled)
         self.metrics.in_flight.set(len(in_flight))
 
         # 1. resume nodes left mid-way (dry run: release abandoned ones); clean orphaned taints and annotations
-        facts = {f.name: f for f in (NodeFacts.of(n, self.config.planner.reconfigure_taint) for n in nodes)}
+        facts = {f.name: f for f in map(self._facts, nodes)}
         reserved |= reserved_pods(facts.values())
         self._resume(facts, in_flight, now)
 
-        # 2. snapshot, with guard-rail holds and refused in-place nodes as frozen nodes
+        # 2. the snapshot; then the one step the simulator runs too (reconcile/step.py)
         started = time.perf_counter()
+        objects = self.cache.objects()
+        self.pod_uids.clear()
+        self.pod_uids.update({p.key: p.uid for p in map(pod_view, filter(is_pod, objects)) if p.uid})
         snapshot, opted_out = build_snapshot(
-            self.cache, self.config, self.catalog, self.conversions, reserved, self.in_place_selector
+            self.cache, self.config, self.catalog, self.conversions, reserved, self.in_place
         )
-        refused, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
-        whole = snapshot = freeze(snapshot, frozen)  # the queue gate's rule needs every gated pod
-        # the queue gate's claims: what the queue takes as it is, bound before the plan (core/queue_claims.py)
-        whole = snapshot = self.gates.claim(whole, self.settings.queue_gate and not (paused or self.settings.dry_run))
-        snapshot, burst_until = hold_burst(snapshot, now)
-        if burst_until is not None:  # a burst still arriving: look again once it has landed
-            self.trigger(max(0.0, burst_until - now) + 0.01, job_id="burst")
-        self.reporter.refused(refused)
-        result = self.last_plan = make_plan(snapshot, self.config.planner)
-        self.reporter.planned(snapshot, result, time.perf_counter() - started)
-        plan_id = "p" + hashlib.sha256(json.dumps(result.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        strays = unplanned(objects, {p.key for p in snapshot.pods} | reserved)
+        facts_now = Facts(
+            snapshot, facts, frozenset(in_flight), paused, self.settings.queue_gate, frozenset(opted_out),
+            self.ledger.count(now), tuple(strays),
+        )  # fmt: skip
+        out = self.last_outcome = step(
+            facts_now, self.windows, self.settings, Clock.at(now), lambda s: make_plan(s, self.config.planner)
+        )
+        result = self.last_plan = out.plan
+        self.reporter.refused({n: r.text for n, r in out.refused.items()})
+        self.reporter.planned(out.planned, result, time.perf_counter() - started)
 
-        # 3. batching window (one per path: an in-place node has its own), then the pure decisions (reconcile.py)
-        demand = frozenset(p.key for p in snapshot.pending)
-        ready, due, report = self.windows.observe(result, paths(facts.values(), self.settings), demand, now)
-        if report:
+        # 3. carry out the outcome: when to look again, the pods left out, the gates, the starts and holds
+        if out.burst_until is not None:  # a burst still arriving: look again once it has landed
+            self.trigger(max(0.0, out.burst_until - now) + 0.01, job_id="burst")
+        if out.report_unplaced:
             for u in result.unplaced:
                 self.reporter.note(u.pod, ev.NOT_PLANNED, f"not planned: {u.reason}")
-        if due is not None:
-            self.trigger(max(0.0, due - now) + 0.01, job_id="batch")
-        strays = unplanned(self.cache.objects(), {p.key for p in whole.pods} | reserved)
-        if not ready:
+        if out.batch_due is not None:
+            self.trigger(max(0.0, out.batch_due - now) + 0.01, job_id="batch")
+        hostnames = {n.name: n.labels.get(HOSTNAME) for n in out.whole.nodes}
+        if not out.ready:
             if any(n.changed for n in result.nodes):
-                log.debug("plan %s waits for the batching window (demand %d pods)", plan_id, len(demand))
-            self.gates.reconcile(whole, result, (), now, paused or self.settings.dry_run, strays, in_flight)
+                log.debug("plan waits for the batching window (demand %d pods)", len(out.planned.pending))
+            self.gates.apply(out.lifts, hostnames, in_flight)
             return
-        actions = decide(
-            result, plan_id, snapshot, facts, self.settings, now,
-            in_flight=in_flight, evictions_last_hour=self.ledger.count(now), paused=paused, protected_pods=opted_out,
-            previous_configs={name: f.labels.get(MIG_CONFIG) for name, f in facts.items()},
-        )  # fmt: skip
-        actions = [a for a in actions if a.path in ready]  # a path whose window is still open waits
-        actions = self.gates.defer(actions, whole, result)
-        self.last_plan_id = plan_id
-        self.last_decisions = [(a.node, isinstance(a, Start), a.reason) for a in actions]
-        self.metrics.held.set(sum(1 for a in actions if not isinstance(a, Start)))
-        starting = set() if self.settings.dry_run else {a.node for a in actions if isinstance(a, Start)}
-        self.gates.reconcile(whole, result, starting, now, paused or self.settings.dry_run, strays, in_flight)
-        cached = {str(_meta(n).get("name")): n for n in nodes}
-        for a in actions:
+        plan_id = self.last_plan_id = out.plan_id
+        self.last_decisions = [(a.node, isinstance(a, Start), a.reason.code) for a in out.actions]
+        self.metrics.held.set(sum(1 for a in out.actions if not isinstance(a, Start)))
+        self.gates.apply(out.lifts, hostnames, in_flight)
+        cached = {node_view(n).name: n for n in nodes}
+        for a in out.actions:
             extra = {"plan_id": plan_id, "node": a.node, "decision": "start" if isinstance(a, Start) else "hold"}
-            log.info("plan %s: node %s (%s path): %s", plan_id, a.node, a.path, a.reason, extra=extra)
+            log.info("plan %s: node %s (%s path): %s", plan_id, a.node, a.path.name, a.reason, extra=extra)
             self.reporter.pod_events(result, plan_id, a.node, isinstance(a, Start))
             if isinstance(a, Start):
                 self._execute(a, cached.get(a.node) or {}, result, plan_id, now)
-            elif a.reason != "paused":
+            elif a.reason.code is not Code.PAUSED:
                 self.events.emit(ev.node_ref(a.node), ev.HELD, f"plan {plan_id}: not starting: {a.reason}")
 
     def _execute(self, start: Start, node_obj: Obj, result: Plan, plan_id: str, now: float) -> None:
@@ -395,7 +393,7 @@ class Controller(Workers):
         expected = fingerprint("Node", node_obj)
         with self._lock:
             self.settled.update(dict.fromkeys(target.pods, now + 10 * 3600))  # until the worker ends
-        begin = Actuator.start_in_place if start.path == IN_PLACE else Actuator.start
+        begin = BEGIN[start.path.name]
         self._spawn(
             start.node,
             lambda a, n=start.node, t=target, fp=expected: begin(  # type: ignore[misc]

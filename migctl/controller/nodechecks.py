@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from migctl.adapters.kube.interface import Obj
 from migctl.adapters.nodes import offers
 from migctl.adapters.requests import holds_any
-from migctl.controller.nodestate import Target
 from migctl.core.hardware.naming import profile_from_resource, resource_name
 from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.text.label_values import MAX_INSTANCES_PER_POD
 from migctl.core.text.quantity import parse_quantity, to_count
+from migctl.reconcile.nodestate import Target
 from migctl.wire.names import MIG_CONFIG, MIG_CONFIG_STATE, WHOLE_GPU_RESOURCE, is_nvidia
 
 

@@ -12,9 +12,9 @@ from migctl.config import ControllerSettings
 from migctl.controller import events as ev
 from migctl.controller.events import EventSink
 from migctl.controller.metrics import Metrics
-from migctl.controller.reconcile import Start
 from migctl.core.model.cluster import Snapshot
 from migctl.core.model.plan import Plan
+from migctl.reconcile.decide import Start
 from migctl.wire.names import IN_PLACE
 
 log = logging.getLogger("migctl.controller.loop")
@@ -88,7 +88,7 @@ class Reporter:
         """Dry run: the Event that says what this change would do."""
         node_plan = next(n for n in result.nodes if n.name == start.node)
         layout = ", ".join(f"GPU {g.index}: {g.current} -> {g.target}" for g in node_plan.gpus if g.changed)
-        how = "in place (node agent)" if start.path == IN_PLACE else f"as {start.target.config}"
+        how = "in place (node agent)" if start.path.name == IN_PLACE else f"as {start.target.config}"
         evict = start.target.evict
         self.events.emit(
             ev.node_ref(start.node),

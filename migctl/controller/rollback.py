@@ -16,9 +16,9 @@ from typing import Any
 from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, NodeChanged, annotations_of, labels_of, taints_of
-from migctl.controller.guards import NodeRecord, failure_backoff
 from migctl.controller.nodechecks import mig_manager_verdict
-from migctl.controller.nodestate import (
+from migctl.reconcile.guards import NodeRecord, failure_backoff
+from migctl.reconcile.nodestate import (
     DRAINING,
     PHASE_ANNOTATIONS,
     ROLLING_BACK,

@@ -6,13 +6,12 @@ Split from loop.py (which keeps only watching, leadership and executing).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 
 from migctl.adapters.kube.interface import Obj, ObjectCache
 from migctl.adapters.memo import ConversionMemo
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.config import Config
-from migctl.config.selector import LabelSelector
 from migctl.core.hardware.catalog import Catalog
 from migctl.core.model.cluster import Snapshot
 from migctl.core.model.settings import GpuOperatorSettings
@@ -36,7 +35,7 @@ def build_snapshot(
     catalog: Catalog,
     memo: ConversionMemo,
     reserved: Collection[str],
-    in_place: LabelSelector,
+    in_place: Callable[[Mapping[str, str]], bool],
 ) -> tuple[Snapshot, set[str]]:
     """Snapshot from the cache without opted-out and reserved pending pods; also the opted-out pod keys."""
     key = config.controller.opt_out_label
@@ -62,7 +61,7 @@ def build_snapshot(
         operator_settings(config, cache),
         source="cluster cache",
         memo=memo,
-        in_place=None if in_place.empty else in_place.matches,
+        in_place=in_place,
     )
     for w in snapshot.warnings:
         log.debug("snapshot: %s", w)

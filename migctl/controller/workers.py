@@ -16,8 +16,8 @@ from migctl.adapters.kube import Stopped
 from migctl.adapters.kube.errors import KubeError
 from migctl.config import ControllerSettings
 from migctl.controller.actuator import Actuator, NodeChanged, Target
-from migctl.controller.nodestate import LeftAlone
-from migctl.controller.reconcile import NodeFacts, resumptions
+from migctl.reconcile.facts import NodeFacts, resumptions
+from migctl.reconcile.nodestate import LeftAlone
 
 log = logging.getLogger("migctl.controller.loop")
 

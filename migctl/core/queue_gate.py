@@ -27,26 +27,48 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from migctl.core.model.cluster import Pod, Resources, Snapshot
 from migctl.core.model.plan import Plan
 from migctl.core.queue_claims import NONE, Claims, first_node, queue_order, wants
 
-CLAIMED = "an instance of its profile is free, claimed before the plan"
-FREE = "an instance of its profile is free"
-STARTED = "its node's change starts"
-OVERDUE = "held longer than queue_gate_max_hold_s"
+
+class Why(StrEnum):
+    """Why a gate is lifted: the code (a metric label, what tests and behaviour read); `TEXT` says it in words."""
+
+    CLAIMED = "claimed"
+    FREE = "free"
+    STARTED = "started"
+    OVERDUE = "overdue"
+    RELEASED = "released"  # migctl is paused or in dry run
+    UNPLANNED = "unplanned"  # the snapshot does not hold the pod
+
+
+CLAIMED, FREE, STARTED, OVERDUE, RELEASED, UNPLANNED = Why  # the rule's own names for them
+TEXT = {
+    CLAIMED: "an instance of its profile is free, claimed before the plan",
+    FREE: "an instance of its profile is free",
+    STARTED: "its node's change starts",
+    OVERDUE: "held longer than queue_gate_max_hold_s",
+    RELEASED: "migctl is paused or in dry run: it holds nobody",
+    UNPLANNED: "migctl does not plan it (opted out, or its spec cannot be read)",
+}
 
 GpuKey = tuple[str, int | None]  # (node, GPU index; None: a node whose per-GPU usage is unknown)
 
 
 @dataclass(frozen=True)
 class Lift:
-    """Release `pod` (`namespace/name`); `node`: pin it there (None: no pin); `reason`: one of the module's."""
+    """Release `pod` (`namespace/name`); `node`: pin it there (None: no pin); `why`: the rule that released it."""
 
     pod: str
     node: str | None
-    reason: str
+    why: Why
+
+    @property
+    def text(self) -> str:
+        return TEXT[self.why]
 
 
 def gated(pods: Iterable[Pod]) -> list[Pod]:
@@ -113,6 +135,6 @@ def _take(free: dict[str, Counter[str]], used: dict[str, Resources], snapshot: S
     return None if node is None else node.name
 
 
-def release_all(pods: Iterable[Pod], reason: str) -> list[Lift]:
+def release_all(pods: Iterable[Pod]) -> list[Lift]:
     """Every gated pod released without a pin: migctl is paused or only reports (dry run), and holds nobody."""
-    return [Lift(p.key, None, reason) for p in gated(pods)]
+    return [Lift(p.key, None, RELEASED) for p in gated(pods)]

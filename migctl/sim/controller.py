@@ -1,16 +1,16 @@
 """`migctl` in the simulator: the real planner behind the live controller's own reconcile step.
 
 The same settings model as `migctl run` drives it (`migctl.config.ControllerSettings`, `PlannerSettings`) and the
-same pure decisions (`migctl.controller.reconcile`), so the simulated controller waits, batches and refuses
+same pure decisions (`migctl.reconcile.decide`), so the simulated controller waits, batches and refuses
 exactly where the live one would:
 * every arrival or departure, and the end of a reconfiguration, triggers a reconcile `debounce_s` later (a
   trigger already pending is kept); the periodic resync (every `resync_interval_s`) is simulated only where it
   can change the plan: at the first resync after a guard rail on some node expires while pods wait (any other
   resync sees the same snapshot as the reconcile before it, and plans the same);
 * a reconcile builds a snapshot as the adapter would from a live cluster (`snapshot`) and each node's facts as
-  the controller reads them from Node objects (`Controller.facts`), then calls `reconcile.frozen_nodes`,
-  `freeze`, `hold_burst`, plans, observes the path's batching window (`reconcile.Windows`) and lets
-  `reconcile.decide` say which node changes start;
+  the controller reads them from Node objects (`Controller.facts`), then calls the live controller's own step
+  (`migctl.reconcile.step`) and carries out its `Outcome`: the queue's claims bound, the changes that start,
+  the gates lifted;
 * a started node is tainted and paused node-wide (`Sim.reconfigure`); the pods the change is for start when
   it ends, and its `last_change` starts the dwell.
 Between reconciles kube-scheduler binds pending pods to free instances of their profile (`bind_free`).
@@ -23,25 +23,27 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from migctl.config import ControllerSettings
-from migctl.controller.reconcile import NodeFacts, Start, Windows, decide, freeze, frozen_nodes, hold_burst, paths
 from migctl.core.hardware.geometry import CanonicalLayout
 from migctl.core.model.cluster import Gpu, GpuDemand, Instance, Node, Pod, Resources, Snapshot, Taint
 from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.plan import Plan
 from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan
-from migctl.core.queue_claims import NONE, claim, claimed, collisions
-from migctl.core.queue_gate import lifts, release_all
+from migctl.core.queue_claims import NONE
+from migctl.reconcile.decide import Windows
+from migctl.reconcile.facts import NodeFacts
+from migctl.reconcile.guards import NodeRecord
+from migctl.reconcile.paths import IN_PLACE_PATH, STOCK, Path
+from migctl.reconcile.step import Clock, Facts, Outcome, step
 from migctl.sim import gate
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free
 from migctl.sim.state import Placement
 from migctl.sim.timing import InPlaceTime
-from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, LAST_ATTEMPT, LAST_CHANGE
+from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # trace time 0 as a creationTimestamp
 EPOCH_S = EPOCH.timestamp()
@@ -157,12 +159,6 @@ def _fingerprint(snap: Snapshot) -> object:
     return nodes, tuple((p.key, p.node, p.gpu_index) for p in snap.pods)
 
 
-@dataclass
-class _Record:
-    last_attempt: float | None = None
-    last_change: float | None = None
-
-
 class Controller(Policy):
     name = "migctl"
     times_itself = True
@@ -172,7 +168,7 @@ class Controller(Policy):
         self.planner = planner or PlannerSettings()
         self.settings = controller or ControllerSettings()
         self.windows = Windows(self.settings)
-        self.records: dict[int, _Record] = {}
+        self.records: dict[int, NodeRecord] = {}  # what the actuator would have written on each node
         self.trigger_at: float | None = None  # debounced reconcile
         self.batch_at: float | None = None  # the batching window closes
         self.resync_at: float | None = None  # the next resync that can matter
@@ -184,9 +180,9 @@ class Controller(Policy):
         self.claims = NONE  # the last reconcile's claims (`core/queue_claims.py`)
 
     @property
-    def rails(self) -> ControllerSettings:
-        """The guard rails of this policy's nodes' path (the in-place path has its own, `in_place_*`)."""
-        return self.settings.in_place_rails() if self.in_place else self.settings
+    def path(self) -> Path:
+        """The path of this policy's nodes (each path has its own guard rails)."""
+        return IN_PLACE_PATH if self.in_place else STOCK
 
     def wake(self, sim: Sim) -> float | None:
         times = [t for t in (self.trigger_at, self.batch_at, self.burst_at) if t is not None]
@@ -198,7 +194,7 @@ class Controller(Policy):
     def _next_resync(self, sim: Sim) -> float | None:
         """The first resync tick (an interval job: multiples of resync_interval_s) at or after the next moment a
         cooldown or minimum dwell ends."""
-        s, now = self.rails, sim.now
+        s, now = self.path.rails(self.settings), sim.now
         ends = [
             t
             for r in self.records.values()
@@ -210,11 +206,11 @@ class Controller(Policy):
         ]
         if not ends:
             return None
-        step = s.resync_interval_s
-        return math.ceil(min(ends) / step) * step
+        every = self.settings.resync_interval_s
+        return math.ceil(min(ends) / every) * every
 
     def finished(self, sim: Sim, node: int) -> None:
-        self.records[node] = _Record(sim.now, sim.now)  # the actuator records last-change on success
+        self.records[node] = NodeRecord(node_name(node), last_attempt=sim.now, last_change=sim.now)  # on success
 
     def step(self, sim: Sim) -> None:
         now = sim.now
@@ -242,45 +238,58 @@ class Controller(Policy):
 
     def facts(self, sim: Sim) -> dict[str, NodeFacts]:
         """Each node as the controller reads its Node object: opted into the in-place path (with the GPU
-        Operator's mig-manager off) or not, the guard rails' annotations as the actuator writes them, and
-        migctl's taint while a change holds it."""
+        Operator's mig-manager off) or not, what the actuator recorded of it, and migctl's taint while a change
+        holds it."""
         labels = {ACTUATION: IN_PLACE, DEPLOY_MIG_MANAGER: "false"} if self.in_place else {}
         out = {}
         for n in range(len(sim.cl.by_node)):
-            r = self.records.get(n)
-            notes = {} if r is None else {
-                k: repr(v) for k, v in ((LAST_ATTEMPT, r.last_attempt), (LAST_CHANGE, r.last_change)) if v is not None
-            }  # fmt: skip
-            out[node_name(n)] = NodeFacts(node_name(n), labels, notes, tainted=n in sim.windows)
+            name = node_name(n)
+            out[name] = NodeFacts(name, labels, {}, tainted=n in sim.windows, known=self.records.get(n))
         return out
 
-    def _reconcile(self, sim: Sim, guarded: bool) -> None:
-        """One reconcile, in the order and with the decisions of the live controller's (`controller/reconcile.py`):
-        guard-rail holds as frozen nodes, the burst rule, the plan, the batching window, `decide`, then (with the
-        queue gate) the gates the plan lifts."""
-        now, cl = sim.now, sim.cl
-        facts = self.facts(sim)
-        in_flight = {node_name(n) for n in sim.windows}
-        gated = self.gate and guarded
-        snap = snapshot(sim, self.planner.reconfigure_taint, self.in_place, self.lifted if gated else None)
-        whole, self.claims = snap, NONE
-        if guarded:
-            _, frozen = frozen_nodes(list(facts.values()), now, self.settings, in_flight)
-            whole = snap = freeze(snap, frozen)
-            if gated and not (self.settings.paused or self.settings.dry_run):
-                whole = snap = self._claim(sim, whole)
-            snap, until = hold_burst(snap, EPOCH_S + now)
-            if until is not None:  # a burst still arriving: its wasteful pods wait until it has landed
-                self.burst_at = until - EPOCH_S + 0.01
+    def _plan(self, sim: Sim, snap: Snapshot) -> Plan:
         key = _fingerprint(snap)
         if self._memo is not None and self._memo[0] == key:
-            result = self._memo[1]  # the same snapshot as the last reconcile: the pure planner plans the same
-        else:
-            t0 = time.perf_counter()
-            result = plan(snap, self.planner)
-            sim.plan_s.append(time.perf_counter() - t0)
-            self._memo = (key, result)
-        self.last_plan = result
+            return self._memo[1]  # the same snapshot as the last reconcile: the pure planner plans the same
+        t0 = time.perf_counter()
+        result = plan(snap, self.planner)
+        sim.plan_s.append(time.perf_counter() - t0)
+        self._memo = (key, result)
+        return result
+
+    def _reconcile(self, sim: Sim, guarded: bool) -> None:
+        """One reconcile: the live controller's own step (`reconcile/step.py`) on the simulated cluster, then its
+        `Outcome` carried out here. Unguarded (the packing rounds): plan and apply at once, as before the timeline."""
+        now = sim.now
+        gated = self.gate and guarded
+        snap = snapshot(sim, self.planner.reconfigure_taint, self.in_place, self.lifted if gated else None)
+        if not guarded:
+            result = self.last_plan = self._plan(sim, snap)
+            self._carry_out(sim, result, [n.name for n in result.nodes if n.changed], gated=False)
+            return
+        facts = Facts(snap, self.facts(sim), frozenset(node_name(n) for n in sim.windows), self.settings.paused, gated)
+        out = step(facts, self.windows, self.settings, Clock(now, EPOCH_S + now), lambda s: self._plan(sim, s))
+        self.last_plan, self.claims = out.plan, out.claims
+        self._bind_claims(sim, out)
+        if out.burst_until is not None:  # a burst still arriving: its wasteful pods wait until it has landed
+            self.burst_at = out.burst_until - EPOCH_S + 0.01
+        if not out.ready:
+            self.batch_at = None if out.batch_due is None else out.batch_due + 0.01
+        elif out.batch_due is not None:
+            self.batch_at = out.batch_due + 0.01
+        starts = [] if self.settings.dry_run else [a.node for a in out.starts]
+        if gated:  # the gates this plan lifts, before the started nodes close
+            gate.apply(sim, [(job_of(lift.pod), lift) for lift in out.lifts], self.lifted)
+            if out.lifts:  # each lift patches a pending pod: a pod event, so the live controller looks again
+                self.trigger_at = self.trigger_at or now + self.settings.debounce_s
+        self._carry_out(sim, out.plan, starts, gated)
+        if gated:
+            gate.bind_ungated(sim, self.lifted)
+
+    def _carry_out(self, sim: Sim, result: Plan, starts: list[str], gated: bool) -> None:
+        """Start the changes `starts` names (their pods start when the change ends); without the gate, a pod
+        the plan serves with a free instance as it is binds now, as kube-scheduler would bind it anyway."""
+        cl = sim.cl
         changed_gpus = {(int(n.name[1:]), g.index) for n in result.nodes for g in n.gpus if g.changed}
         units: dict[int, list[tuple[int, str]]] = {}
         for a in result.assignments:
@@ -294,37 +303,19 @@ class Controller(Policy):
             elif not gated and ji in sim.pending and all(cl.open(gid) and cl.gpus[gid].free[p] > 0 for gid, p in u):
                 sim.start(Placement(ji, u))  # a free instance kube-scheduler would bind it to anyway
         changed = {n.name: n for n in result.nodes if n.changed}
-        starts = self._starts(sim, result, snap, facts, in_flight) if guarded and changed else list(changed)
-        claims = self.claims
-        if claims.claims:  # a change that could destroy the instance a claimed pod gets waits for it
-            wait = collisions(whole, result, claims)
-            starts = [n for n in starts if n not in wait]
-        if gated:  # the gates this plan lifts (`core/queue_gate.py`), before the started nodes close
-            s = self.settings
-            lifted = (
-                release_all(whole.pods, "paused or dry run")  # a migctl that does not act holds nobody
-                if s.paused or s.dry_run
-                else lifts(whole, result, starts, EPOCH_S + now, s.queue_gate_max_hold_s, claims)
-            )
-            gate.apply(sim, [(job_of(lift.pod), lift) for lift in lifted], self.lifted)
-            if lifted:  # each lift patches a pending pod: a pod event, so the live controller looks again
-                self.trigger_at = self.trigger_at or now + self.settings.debounce_s
         for name in starts:
             n = int(name[1:])
             layouts = {cl.by_node[n][g.index]: g.target.layout for g in changed[name].gpus if g.changed}
             mine = [pl for pl in by_node.get(n, []) if pl.job in sim.pending]
             sim.reconfigure(n, layouts, mine, self.window_s(sim, layouts))
-            self.records.setdefault(n, _Record())
-        if gated:
-            gate.bind_ungated(sim, self.lifted)
+            self.records.setdefault(n, NodeRecord(name))
 
-    def _claim(self, sim: Sim, whole: Snapshot) -> Snapshot:
+    def _bind_claims(self, sim: Sim, out: Outcome) -> None:
         """The queue's claims (`core/queue_claims.py`), bound now: kube-scheduler binds a released pod within a
-        second, on the instance the device plugin hands out (the lowest free one of the claim's GPU). Returns the
-        snapshot with them bound, as the live controller plans."""
-        self.claims = claims = claim(whole)
+        second, on the instance the device plugin hands out (the lowest free one of the claim's GPU). `out.whole`
+        is the snapshot with them bound, as the plan saw it."""
         cl = sim.cl
-        for c in claims.claims:
+        for c in out.claims.claims:
             ji = job_of(c.pod)
             units = []
             for index, profile in c.units:
@@ -333,24 +324,6 @@ class Controller(Policy):
             if c.gated:
                 self.lifted.add(ji)
             sim.start(Placement(ji, units))
-        return claimed(whole, claims)
-
-    def _starts(
-        self, sim: Sim, result: Plan, snap: Snapshot, facts: dict[str, NodeFacts], in_flight: set[str]
-    ) -> list[str]:
-        """The changed nodes whose change starts now: the path's batching window has closed and `decide` says so."""
-        now = sim.now
-        demand = frozenset(p.key for p in snap.pending)
-        ready, due, _ = self.windows.observe(result, paths(facts.values(), self.settings), demand, now)
-        if not ready:
-            self.batch_at = None if due is None else due + 0.01
-            return []
-        actions = decide(
-            result, "sim", snap, facts, self.settings, now, in_flight=in_flight, evictions_last_hour=0,
-            paused=self.settings.paused, protected_pods=(), previous_configs={},
-        )  # fmt: skip
-        starts = [a.node for a in actions if isinstance(a, Start) and a.path in ready]
-        return [] if self.settings.dry_run else starts
 
     def window_s(self, sim: Sim, layouts: dict[int, CanonicalLayout]) -> float | None:
         """How long a change holds its node; None: a relabel, drawn by the simulator (`ReconfigTime`)."""

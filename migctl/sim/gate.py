@@ -33,7 +33,7 @@ def apply(sim: Sim, lifts: list[tuple[int, Lift]], lifted: set[int]) -> None:
     for ji, lift in lifts:
         lifted.add(ji)
         p = cl.shapes.smallest(sim.jobs[ji])
-        if lift.reason == STARTED or lift.node is None or ji not in sim.pending or p is None or multi_gpu(sim.jobs[ji]):
+        if lift.why == STARTED or lift.node is None or ji not in sim.pending or p is None or multi_gpu(sim.jobs[ji]):
             continue
         ids = cl.by_node[int(lift.node[1:])]
         gid = next((g for g in ids if cl.gpus[g].free[p] > 0 and cl.open(g)), None)

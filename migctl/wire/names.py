@@ -6,6 +6,8 @@ take their defaults from here; code that reads a fixed key uses the constant.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # -- NVIDIA GPU Operator: GPU Feature Discovery labels, mig-manager's labels, the device plugin's resources --------
 NVIDIA_PREFIX = "nvidia.com/"
 GPU_PRODUCT = "nvidia.com/gpu.product"  # GFD: the board's product name (NVML's name, spaces as dashes)
@@ -36,6 +38,8 @@ RECONFIGURING = PREFIX + "reconfiguring"  # the taint migctl sets on a node whil
 # agent applies it through NVML and answers in the status (codec: wire/inplace.py).
 ACTUATION = PREFIX + "actuation"  # node label: `in-place` opts the node in; absent or `mig-manager`: the stock path
 IN_PLACE = "in-place"
+MIG_MANAGER = "mig-manager"  # the stock path's name (the label's other value)
+
 IN_PLACE_TARGET = PREFIX + "in-place-target"  # controller -> agent: the per-GPU instances to reach, with a plan id
 IN_PLACE_STATUS = PREFIX + "in-place-status"  # agent -> controller: applied, blocked or failed, and what GPUs hold
 
@@ -75,3 +79,8 @@ MIGCTL = "migctl"  # the value of those labels
 def is_nvidia(key: str) -> bool:
     """A resource or label of NVIDIA's (GPUs, MIG instances, GFD)."""
     return key.startswith(NVIDIA_PREFIX)
+
+
+def opts_in_place(labels: Mapping[str, str]) -> bool:
+    """The node label's half of the in-place opt-in (the config's selector is the other: `reconcile.paths`)."""
+    return labels.get(ACTUATION) == IN_PLACE

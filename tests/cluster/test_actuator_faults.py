@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from migctl.controller.loop import Controller
-from migctl.controller.nodestate import Target
+from migctl.reconcile.nodestate import Target
 from migctl.core.model.gpu_config import config_name
 
 from .gpunodes import create_gpu_node

@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 
-from migctl.controller.guards import BatchWindow
+from migctl.reconcile.guards import BatchWindow
 from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free

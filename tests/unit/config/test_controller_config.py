@@ -129,11 +129,9 @@ def test_cli_run_rejects_bad_settings_with_exit_code_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "controller.metrics_port" in result.output
 
 
-def test_the_in_place_rails_are_validated_and_replace_the_stock_ones_on_an_in_place_node() -> None:
+def test_the_in_place_rails_are_validated() -> None:
+    """Their effect on an in-place node is tests/unit/reconcile/test_paths_rails.py's."""
     with pytest.raises(ValueError, match="in_place_batch_max_s must be >= in_place_batch_stable_s"):
         ControllerSettings(in_place_batch_stable_s=30, in_place_batch_max_s=5)
     with pytest.raises(ValueError, match="in_place_min_dwell_s"):
         ControllerSettings(in_place_min_dwell_s=-1)
-    s = ControllerSettings(in_place_cooldown_s=7, in_place_min_dwell_s=8, in_place_batch_stable_s=1,
-                           in_place_batch_max_s=2, in_place_max_concurrent_nodes=3).in_place_rails()  # fmt: skip
-    assert (s.cooldown_s, s.min_dwell_s, s.batch_stable_s, s.batch_max_s, s.max_concurrent_nodes) == (7, 8, 1, 2, 3)

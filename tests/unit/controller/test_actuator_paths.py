@@ -13,11 +13,11 @@ from migctl.config import Config
 from migctl.controller.actuator import STEPS, Actuator
 from migctl.controller.configmap import ConfigMapWriter
 from migctl.controller.events import EventSink
-from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, Target
 from migctl.core.migparted.config import parse
 from migctl.core.model.gpu_config import GpuConfig, config_name
+from migctl.reconcile.guards import EvictionLedger
+from migctl.reconcile.nodestate import PHASE_ANNOTATIONS, Target
 from tests.unit.fake_cluster import MIG_CONFIG, MIG_STATE, FakeClock, FakeCluster, Obj
 from tests.unit.kube_builders import gpu_node, mig_parted, pod
 

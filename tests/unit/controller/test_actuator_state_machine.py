@@ -20,11 +20,11 @@ from migctl.config import Config
 from migctl.controller.actuator import Actuator
 from migctl.controller.configmap import ConfigMapWriter
 from migctl.controller.events import EventSink
-from migctl.controller.guards import EvictionLedger
 from migctl.controller.metrics import Metrics
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, LeftAlone, Target
-from tests.unit.controller.test_controller_nodestate import GOOD, TARGET, annotations
+from migctl.reconcile.guards import EvictionLedger
+from migctl.reconcile.nodestate import PHASE_ANNOTATIONS, LeftAlone, Target
 from tests.unit.fake_cluster import FakeCluster, Obj
+from tests.unit.reconcile.test_nodestate import GOOD, TARGET, annotations
 
 TAINT = "migctl.io/reconfiguring"
 

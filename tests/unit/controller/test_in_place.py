@@ -10,9 +10,9 @@ import json
 from migctl.config import Config
 from migctl.controller.inplace import unadmitted
 from migctl.controller.loop import Controller
-from migctl.controller.nodestate import ADVERTISING, AGENT_APPLYING, Target
 from migctl.core.hardware.catalog import load_catalog
 from migctl.core.model.gpu_config import GpuConfig, config_name
+from migctl.reconcile.nodestate import ADVERTISING, AGENT_APPLYING, Target
 from migctl.wire import inplace as wire
 from migctl.wire.names import (
     ACTUATION,

@@ -10,12 +10,12 @@ import pytest
 
 from migctl.adapters.objects import load_objects, snapshot_from_objects
 from migctl.cli.plan import example_path
-from migctl.controller.nodestate import LeftAlone, Rollback, Target, abandoned, read_state, target_configs
 from migctl.core.hardware.catalog import Catalog
+from migctl.reconcile.nodestate import LeftAlone, Rollback, Target, abandoned, read_state, target_configs
 from migctl.wire import layout
 from migctl.wire.versions import UnknownVersionError
 from tests.unit.controller.test_actuator_state_machine import FakeKube, actuator, node_with
-from tests.unit.controller.test_controller_nodestate import GOOD, NOW, TARGET
+from tests.unit.reconcile.test_nodestate import GOOD, NOW, TARGET
 
 
 def _versioned(text: str, version: object) -> str:

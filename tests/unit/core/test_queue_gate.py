@@ -21,7 +21,7 @@ def _gated(name: str, profile: str, created: str = RECENT, **kw: object) -> Pod:
 
 
 def _got(snap: Snapshot, starting: tuple[str, ...] = (), hold: float = HOLD) -> list[tuple[str, str | None, str]]:
-    return [(x.pod, x.node, x.reason) for x in lifts(snap, plan(snap), starting, NOW, hold)]
+    return [(x.pod, x.node, x.why) for x in lifts(snap, plan(snap), starting, NOW, hold)]
 
 
 def test_a_pod_whose_profile_is_free_is_released_and_pinned_to_that_node() -> None:
@@ -59,7 +59,7 @@ def test_the_free_instances_of_a_gpu_the_plan_re_cuts_are_kept_for_the_change() 
     result = plan(Snapshot((two,), (a,)))
     [gpu] = [g for n in result.nodes for g in n.gpus if g.changed]
     assert gpu.index == 0  # the idle GPU is re-cut; GPU 1 keeps six free 1g.5gb
-    assert [(x.pod, x.reason) for x in lifts(Snapshot((two,), (a, b)), result, (), NOW, HOLD)] == [("ns/b", FREE)]
+    assert [(x.pod, x.why) for x in lifts(Snapshot((two,), (a, b)), result, (), NOW, HOLD)] == [("ns/b", FREE)]
 
 
 def test_a_node_whose_change_starts_gives_the_queue_nothing() -> None:
@@ -68,7 +68,7 @@ def test_a_node_whose_change_starts_gives_the_queue_nothing() -> None:
     a, b = _gated("a", "3g.20gb", created="2027-01-15T07:58:00Z"), _gated("b", "1g.5gb")
     result = plan(Snapshot((two,), (a, b)))
     got = lifts(Snapshot((two,), (a, b)), result, ("n1",), NOW, HOLD)
-    assert [(x.pod, x.reason) for x in got] == [("ns/a", STARTED)]
+    assert [(x.pod, x.why) for x in got] == [("ns/a", STARTED)]
 
 
 def test_a_free_instance_serves_only_a_pod_the_node_admits_and_all_of_its_demand_on_one_node() -> None:
@@ -95,7 +95,7 @@ def test_only_pending_pods_that_carry_the_gate_are_released_and_in_queue_order()
     low = _gated("low", "1g.5gb", created="2027-01-15T07:00:00Z")
     high = _gated("high", "1g.5gb", priority=10)
     assert [p.name for p in gated((running, free, low, high))] == ["high", "low"]
-    assert [x.pod for x in release_all((running, free, low, high), "paused")] == ["ns/high", "ns/low"]
+    assert [x.pod for x in release_all((running, free, low, high))] == ["ns/high", "ns/low"]
 
 
 def test_a_free_instance_goes_only_to_a_pod_whose_cpu_the_node_has_room_for() -> None:

@@ -11,6 +11,7 @@ from migctl.config import ControllerSettings
 from migctl.core.hardware.catalog import load_catalog
 from migctl.core.model.cluster import Snapshot
 from migctl.core.model.settings import PlannerSettings
+from migctl.reconcile.step import Outcome
 from migctl.sim.controller import Controller, InPlaceController, snapshot
 from migctl.sim.mig import Sim
 from migctl.sim.run import simulate
@@ -78,13 +79,12 @@ class _Checked(InPlaceController):
 
     checked = 0
 
-    def _claim(self, sim: Sim, whole: Snapshot) -> Snapshot:
-        view = super()._claim(sim, whole)
-        if self.claims.claims:
+    def _bind_claims(self, sim: Sim, out: Outcome) -> None:
+        super()._bind_claims(sim, out)
+        if out.claims.claims:
             fresh = snapshot(sim, self.planner.reconfigure_taint, True, self.lifted)
-            assert _state(view) == _state(fresh)
-            _Checked.checked += len(self.claims.claims)
-        return view
+            assert _state(out.whole) == _state(fresh)
+            _Checked.checked += len(out.claims.claims)
 
 
 def _state(snap: Snapshot) -> tuple[object, ...]:

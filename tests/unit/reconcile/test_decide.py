@@ -1,5 +1,6 @@
-"""The pure reconcile step (controller/reconcile.py): which path each node takes, where the in-place path is refused,
-and which planned changes start, with a concurrency limit per path. No cluster, no clock: plain records in."""
+"""The pure decisions (reconcile/decide.py, reconcile/paths.py): which path each node takes, where the in-place path
+is refused, and which planned changes start, with a concurrency limit per path. No cluster, no clock: plain records
+in. Behaviour is read from reason codes; the text is checked only where it tells an operator what to set."""
 
 from __future__ import annotations
 
@@ -7,20 +8,14 @@ import pytest
 
 from migctl.config import Config, ControllerSettings
 from migctl.config.selector import LabelSelector
-from migctl.controller.reconcile import (
-    MIG_MANAGER,
-    Hold,
-    NodeFacts,
-    Start,
-    actuation_path,
-    decide,
-    in_place_refusal,
-    refusals,
-)
 from migctl.core.model.cluster import Snapshot
 from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.plan import Eviction, GpuPlan, NodePlan, Plan, Summary
-from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE
+from migctl.reconcile.decide import Hold, Start, decide, refusals
+from migctl.reconcile.facts import NodeFacts
+from migctl.reconcile.paths import IN_PLACE_PATH, STOCK, in_place_refusal, path_of
+from migctl.reconcile.reasons import Code
+from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, MIG_CONFIG
 
 OPTED_IN = {ACTUATION: IN_PLACE, DEPLOY_MIG_MANAGER: "false"}
 
@@ -41,7 +36,7 @@ def plan(*nodes: NodePlan, evictions: tuple[Eviction, ...] = ()) -> Plan:
 
 def run(p: Plan, facts: list[NodeFacts], s: ControllerSettings, in_flight: tuple[str, ...] = ()) -> list[Start | Hold]:
     return decide(p, "p1", Snapshot((), ()), {f.name: f for f in facts}, s, 100.0, in_flight=in_flight,
-                  evictions_last_hour=0, paused=False, protected_pods=(), previous_configs={})  # fmt: skip
+                  evictions_last_hour=0, paused=False, protected_pods=())  # fmt: skip
 
 
 def test_each_path_has_its_own_concurrency_limit() -> None:
@@ -49,12 +44,13 @@ def test_each_path_has_its_own_concurrency_limit() -> None:
     p = plan(*(node_plan(f.name) for f in facts))
     out = run(p, facts, settings(max_concurrent_nodes=1, in_place_max_concurrent_nodes=2))
     started = {a.node: a.path for a in out if isinstance(a, Start)}
-    assert started == {"s1": MIG_MANAGER, "i0": IN_PLACE, "i1": IN_PLACE}
+    assert started == {"s1": STOCK, "i0": IN_PLACE_PATH, "i1": IN_PLACE_PATH}
     held = {a.node: a.reason for a in out if isinstance(a, Hold)}
-    assert held["s2"].startswith("max_concurrent_nodes 1")
-    assert set(held) == {"s2", "i2"} and held["i2"].startswith("in_place_max_concurrent_nodes 2")
+    assert set(held) == {"s2", "i2"} and {r.code for r in held.values()} == {Code.CONCURRENCY}
+    assert held["s2"].text.startswith("max_concurrent_nodes 1")  # each names its own setting
+    assert held["i2"].text.startswith("in_place_max_concurrent_nodes 2")
     busy = run(p, facts, settings(max_concurrent_nodes=1, in_place_max_concurrent_nodes=2), in_flight=("i1", "i0"))
-    assert not any(isinstance(a, Start) and a.path == IN_PLACE for a in busy)  # i0 and i1 already in flight
+    assert not any(isinstance(a, Start) and a.path is IN_PLACE_PATH for a in busy)  # i0 and i1 already in flight
     assert sum(isinstance(a, Start) for a in busy) == 1  # the stock path's slot is its own
 
 
@@ -63,24 +59,25 @@ def test_the_in_place_path_never_changes_mig_mode_and_never_evicts() -> None:
     p = plan(node_plan("i1", GpuConfig.disabled(), GpuConfig.mig({"7g.40gb": 1})), node_plan("i2"),
              evictions=(Eviction("ns/low", "i2", 0, "ns/high"),))  # fmt: skip
     out = {a.node: a for a in run(p, facts, settings())}
-    assert isinstance(out["i1"], Hold) and "never changes MIG mode" in out["i1"].reason
-    assert isinstance(out["i2"], Hold) and "does not evict" in out["i2"].reason
+    assert isinstance(out["i1"], Hold) and out["i1"].reason.code is Code.PATH_CANNOT
+    assert isinstance(out["i2"], Hold) and out["i2"].reason.code is Code.PATH_CANNOT
+    assert "MIG mode" in out["i1"].reason.text and "evict" in out["i2"].reason.text
 
 
 def test_a_started_target_carries_the_plan_and_the_previous_config() -> None:
-    facts = [NodeFacts("i1", OPTED_IN, {})]
+    facts = [NodeFacts("i1", {**OPTED_IN, MIG_CONFIG: "old"}, {})]
     (a,) = decide(plan(node_plan("i1")), "p9", Snapshot((), ()), {"i1": facts[0]}, settings(), 42.0, in_flight=(),
-                  evictions_last_hour=0, paused=False, protected_pods=(), previous_configs={"i1": "old"})  # fmt: skip
+                  evictions_last_hour=0, paused=False, protected_pods=())  # fmt: skip
     assert isinstance(a, Start) and a.target.plan_id == "p9" and a.target.started == 42.0
     assert a.target.previous_config == "old" and dict(a.target.gpus[0].layout) == {"3g.20gb": 2}
 
 
 def test_paths_by_label_or_selector() -> None:
     none, pool = LabelSelector.parse(""), LabelSelector.parse("pool=fast")
-    assert actuation_path({ACTUATION: IN_PLACE}, none) == IN_PLACE
-    assert actuation_path({ACTUATION: "mig-manager"}, none) == MIG_MANAGER
-    assert actuation_path({"pool": "fast"}, none) == MIG_MANAGER  # the empty selector selects nothing
-    assert actuation_path({"pool": "fast"}, pool) == IN_PLACE
+    assert path_of({ACTUATION: IN_PLACE}, none) is IN_PLACE_PATH
+    assert path_of({ACTUATION: "mig-manager"}, none) is STOCK
+    assert path_of({"pool": "fast"}, none) is STOCK  # the empty selector selects nothing
+    assert path_of({"pool": "fast"}, pool) is IN_PLACE_PATH
 
 
 @pytest.mark.parametrize(
@@ -96,7 +93,7 @@ def test_paths_by_label_or_selector() -> None:
 )
 def test_in_place_refusal(labels: dict[str, str], annotations: dict[str, str], expected: str) -> None:
     why = in_place_refusal(labels, annotations, settings())
-    assert (expected in why) if expected else why == ""
+    assert (why is not None and why.code is Code.REFUSED and expected in why.text) if expected else why is None
 
 
 def test_only_in_place_nodes_are_refused() -> None:

@@ -9,8 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from migctl.config import ControllerSettings
-from migctl.controller.guards import NodeRecord, holds
-from migctl.controller.reconcile import NodeFacts, frozen_nodes
+from migctl.reconcile.decide import frozen_nodes
+from migctl.reconcile.facts import NodeFacts
+from migctl.reconcile.guards import NodeRecord, holds
+from migctl.reconcile.paths import in_place_rails, stock_rails
+from migctl.reconcile.reasons import Code
 from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, LAST_ATTEMPT, LAST_CHANGE
 from tests.unit.controller.test_reconcile import IDLE, controller
 from tests.unit.fake_cluster import FakeClock, FakeCluster
@@ -27,11 +30,12 @@ def test_an_in_place_node_is_held_by_the_in_place_dwell_and_cooldown_not_the_sto
         NodeRecord("ip-free", last_attempt=NOW - 100, last_change=NOW - 100),  # stock rails would hold it
         NodeRecord("stock", last_attempt=NOW - 100, last_change=NOW - 100),
     ]
-    out = holds(records, NOW, S, in_place={"ip-dwell", "ip-cool", "ip-free"})
-    assert set(out) == {"ip-dwell", "ip-cool", "stock"}
-    assert "in_place_min_dwell_s 60" in out["ip-dwell"]
-    assert "in_place_cooldown_s 10" in out["ip-cool"]
-    assert out["stock"].startswith("cooldown") and "(cooldown_s 300" in out["stock"]
+    rails = {"stock": stock_rails(S)}
+    out = holds(records, NOW, lambda n: rails.get(n) or in_place_rails(S))
+    assert {n: r.code for n, r in out.items()} == {"ip-dwell": Code.DWELL, "ip-cool": Code.COOLDOWN,
+                                                   "stock": Code.COOLDOWN}  # fmt: skip
+    assert "in_place_min_dwell_s 60" in out["ip-dwell"].text  # the message names the setting that holds it
+    assert "in_place_cooldown_s 10" in out["ip-cool"].text and "(cooldown_s 300" in out["stock"].text
 
 
 def test_frozen_nodes_applies_the_in_place_rails_by_each_nodes_path() -> None:
@@ -75,7 +79,7 @@ def test_a_burst_still_arriving_keeps_its_wasteful_pods_out_of_the_live_controll
     assert any(p.startswith("ns/big") for p in planned)
 
 
-def _decisions(labels: dict[str, str]) -> list[tuple[str, bool, str]]:
+def _decisions(labels: dict[str, str]) -> list[tuple[str, bool, Code]]:
     """The decisions of the first reconcile (dry run) for one pending 3g.20gb pod on an idle node: the stock
     batching window is 10 s stable, the in-place one 0."""
     cluster = FakeCluster([gpu_node("n1", layouts=IDLE, labels=labels), mig_parted(IDLE),

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from migctl.controller.failpoint import failpoint_hook, parse_failpoint
-from migctl.controller.nodestate import (
+from migctl.core.model.gpu_config import GpuConfig
+from migctl.errors import InputError
+from migctl.reconcile.nodestate import (
     PHASE_ANNOTATIONS,
     PHASES,
     Rollback,
@@ -21,8 +23,6 @@ from migctl.controller.nodestate import (
     read_state,
     target_configs,
 )
-from migctl.core.model.gpu_config import GpuConfig
-from migctl.errors import InputError
 
 NOW = 1_800_000_000.0
 TARGET = Target("p0123456789", "migctl-x", {0: GpuConfig.mig({"3g.40gb": 2})}, previous_config="all-1g.10gb")

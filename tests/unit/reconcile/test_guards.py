@@ -5,17 +5,31 @@ from __future__ import annotations
 import pytest
 
 from migctl.config import ControllerSettings
-from migctl.controller.guards import (
+from migctl.reconcile.guards import (
     BatchWindow,
     Candidate,
+    Decision,
     EvictionLedger,
     NodeRecord,
     failure_backoff,
     holds,
     select,
 )
+from migctl.reconcile.paths import stock_rails
+from migctl.reconcile.reasons import Code
 
 S = ControllerSettings(cooldown_s=100, min_dwell_s=1000, failure_backoff_s=60, failure_backoff_max_s=300)
+
+
+def sel(
+    cands: list[Candidate], *, active: int, evictions_last_hour: int, settings: ControllerSettings, paused: bool,
+    protected_pods: frozenset[str] | set[str] = frozenset(),
+) -> list[Decision]:  # fmt: skip
+    """`select` on the stock path's rails, with the hour's budget as the controller computes it."""
+    left = settings.max_evictions_per_hour - evictions_last_hour
+    return select(cands, active=active, rails=stock_rails(settings), evictions_left=left,
+                  max_evictions_per_hour=settings.max_evictions_per_hour, paused=paused, dry_run=settings.dry_run,
+                  protected_pods=protected_pods)  # fmt: skip
 
 
 def test_records_come_from_annotations_and_tolerate_garbage() -> None:
@@ -37,12 +51,11 @@ def test_holds_in_priority_order() -> None:
         NodeRecord("dwell", last_attempt=now - 500, last_change=now - 500),
         NodeRecord("free", last_attempt=now - 5000, last_change=now - 5000, backoff_until=now - 1),
     ]
-    out = holds(records, now, S, in_flight={"worker"})
-    assert set(out) == {"busy", "worker", "backoff", "cool", "dwell"}
-    assert "phase applying" in out["busy"]
-    assert "backing off" in out["backoff"]
-    assert out["cool"].startswith("cooldown")
-    assert out["dwell"].startswith("minimum dwell")
+    out = holds(records, now, lambda _: stock_rails(S), in_flight={"worker"})
+    codes = {n: r.code for n, r in out.items()}
+    assert codes == {"busy": Code.IN_FLIGHT, "worker": Code.IN_FLIGHT, "backoff": Code.BACKOFF,
+                     "cool": Code.COOLDOWN, "dwell": Code.DWELL}  # fmt: skip
+    assert "phase applying" in out["busy"].text and "cooldown_s 100" in out["cool"].text
 
 
 def test_failure_backoff_doubles_and_caps() -> None:
@@ -58,29 +71,29 @@ def test_select_respects_concurrency_budget_optouts_and_pause() -> None:
         Candidate("d"),
     ]
     settings = ControllerSettings(max_concurrent_nodes=2, max_evictions_per_hour=3)
-    out = select(cands, active=0, evictions_last_hour=2, settings=settings, paused=False, protected_pods={"opt/z"})
+    out = sel(cands, active=0, evictions_last_hour=2, settings=settings, paused=False, protected_pods={"opt/z"})
     assert [(d.node, d.start) for d in out] == [("a", True), ("b", False), ("c", False), ("d", True)]
-    assert "eviction budget" in out[1].reason and "opted-out" in out[2].reason
+    assert (out[1].reason.code, out[2].reason.code) == (Code.EVICTION_BUDGET, Code.PROTECTED)
 
-    full = select(cands[:1], active=2, evictions_last_hour=0, settings=settings, paused=False)
-    assert not full[0].start and "max_concurrent_nodes" in full[0].reason
-    paused = select(cands, active=0, evictions_last_hour=0, settings=settings, paused=True)
-    assert all(not d.start and d.reason == "paused" for d in paused)
+    full = sel(cands[:1], active=2, evictions_last_hour=0, settings=settings, paused=False)
+    assert not full[0].start and full[0].reason.code is Code.CONCURRENCY
+    paused = sel(cands, active=0, evictions_last_hour=0, settings=settings, paused=True)
+    assert all(not d.start and d.reason.code is Code.PAUSED for d in paused)
 
 
 def test_select_default_starts_at_most_four_nodes() -> None:
     """The default limit (docs/simulation.md §4.3): four nodes at once, the fifth waits for a slot."""
     cands = [Candidate(n) for n in "abcde"]
-    out = select(cands, active=0, evictions_last_hour=0, settings=ControllerSettings(), paused=False)
+    out = sel(cands, active=0, evictions_last_hour=0, settings=ControllerSettings(), paused=False)
     assert [d.start for d in out] == [True, True, True, True, False]
-    busy = select(cands, active=3, evictions_last_hour=0, settings=ControllerSettings(), paused=False)
+    busy = sel(cands, active=3, evictions_last_hour=0, settings=ControllerSettings(), paused=False)
     assert [d.start for d in busy] == [True, False, False, False, False]
 
 
 def test_dry_run_decision_says_so() -> None:
-    out = select([Candidate("a")], active=0, evictions_last_hour=0, settings=ControllerSettings(dry_run=True),
-                 paused=False)  # fmt: skip
-    assert out[0].start and "dry run" in out[0].reason
+    out = sel([Candidate("a")], active=0, evictions_last_hour=0, settings=ControllerSettings(dry_run=True),
+              paused=False)  # fmt: skip
+    assert out[0].start and out[0].reason.code is Code.DRY_RUN
 
 
 def test_batch_window_waits_for_stability_but_not_forever() -> None:

@@ -12,10 +12,12 @@ Two stages:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from migctl.config import ControllerSettings
+from migctl.reconcile.paths import Rails
+from migctl.reconcile.reasons import Code, Reason
 from migctl.wire.names import BACKOFF_UNTIL, FAILURES, LAST_ATTEMPT, LAST_CHANGE, PHASE
 
 
@@ -58,37 +60,34 @@ def failure_backoff(failures: int, settings: ControllerSettings) -> float:
 
 
 def holds(
-    records: Iterable[NodeRecord],
-    now: float,
-    settings: ControllerSettings,
-    in_flight: Collection[str] = (),
-    in_place: Collection[str] = (),
-) -> dict[str, str]:
-    """node -> why it must not be reconfigured now (absent: it may). Nodes in `in_place` (on the in-place path)
-    meet that path's cooldown and dwell (`in_place_cooldown_s`, `in_place_min_dwell_s`) under the stock names."""
-    out: dict[str, str] = {}
-    own = settings.in_place_rails() if in_place else settings
+    records: Iterable[NodeRecord], now: float, rails: Callable[[str], Rails], in_flight: Collection[str] = ()
+) -> dict[str, Reason]:
+    """node -> why it must not be reconfigured now (absent: it may); `rails(node)`: the guard rails of the node's
+    path (each path has its own cooldown and dwell)."""
+    out: dict[str, Reason] = {}
     for r in records:
         if r.name in in_flight or r.phase:
-            why = f"migctl is reconfiguring it (phase {r.phase or 'starting'})"
+            why: Reason | None = Reason(Code.IN_FLIGHT, f"migctl is reconfiguring it (phase {r.phase or 'starting'})")
         else:
-            why = _hold(r, now, own, "in_place_") if r.name in in_place else _hold(r, now, settings, "")
-        if why:
+            why = _hold(r, now, rails(r.name))
+        if why is not None:
             out[r.name] = why
     return out
 
 
-def _hold(r: NodeRecord, now: float, settings: ControllerSettings, prefix: str) -> str:
-    """Why the failure backoff, cooldown or dwell holds this node ("" when none does); `prefix`: the setting's
-    name on the node's path."""
+def _hold(r: NodeRecord, now: float, rails: Rails) -> Reason | None:
+    """Why the failure backoff, cooldown or dwell holds this node (None when none does)."""
     if r.backoff_until is not None and now < r.backoff_until:
-        return f"backing off after {r.failures} failed attempt(s) for {r.backoff_until - now:.0f} s more"
-    if r.last_attempt is not None and now < r.last_attempt + settings.cooldown_s:
-        return f"cooldown: last attempt {now - r.last_attempt:.0f} s ago ({prefix}cooldown_s {settings.cooldown_s})"
-    if r.last_change is not None and now < r.last_change + settings.min_dwell_s:
-        dwell = f"{prefix}min_dwell_s {settings.min_dwell_s}"
-        return f"minimum dwell: layout applied {now - r.last_change:.0f} s ago ({dwell})"
-    return ""
+        return Reason(
+            Code.BACKOFF, f"backing off after {r.failures} failed attempt(s) for {r.backoff_until - now:.0f} s more"
+        )
+    if r.last_attempt is not None and now < r.last_attempt + rails.cooldown_s:
+        cooldown = f"{rails.setting('cooldown_s')} {rails.cooldown_s}"
+        return Reason(Code.COOLDOWN, f"cooldown: last attempt {now - r.last_attempt:.0f} s ago ({cooldown})")
+    if r.last_change is not None and now < r.last_change + rails.min_dwell_s:
+        dwell = f"{rails.setting('min_dwell_s')} {rails.min_dwell_s}"
+        return Reason(Code.DWELL, f"minimum dwell: layout applied {now - r.last_change:.0f} s ago ({dwell})")
+    return None
 
 
 @dataclass(frozen=True)
@@ -102,44 +101,47 @@ class Candidate:
 @dataclass(frozen=True)
 class Decision:
     node: str
-    start: bool
-    reason: str
+    reason: Reason
+
+    @property
+    def start(self) -> bool:
+        return self.reason.starts
 
 
 def select(
     candidates: Iterable[Candidate],
     *,
     active: int,
-    evictions_last_hour: int,
-    settings: ControllerSettings,
+    rails: Rails,
+    evictions_left: int,
+    max_evictions_per_hour: int,
     paused: bool,
+    dry_run: bool,
     protected_pods: Collection[str] = (),
 ) -> list[Decision]:
-    """Which planned changes start now, in plan order; every refusal says why (logged, Event on the node)."""
+    """Which planned changes on one path start now, in plan order; every refusal says why (logged, Event on the
+    node). `active`: the path's changes in flight; `evictions_left`: the hour's eviction budget still unused."""
     out: list[Decision] = []
-    slots = settings.max_concurrent_nodes - active
-    budget = settings.max_evictions_per_hour - evictions_last_hour
+    slots = rails.max_concurrent_nodes - active
+    budget = evictions_left
     for c in candidates:
         protected = sorted(set(c.evictions) & set(protected_pods))
         if paused:
-            out.append(Decision(c.node, False, "paused"))
+            out.append(Decision(c.node, Reason(Code.PAUSED, "paused")))
         elif protected:
-            out.append(Decision(c.node, False, f"would evict opted-out pod(s) {', '.join(protected)}"))
+            out.append(Decision(c.node, Reason(Code.PROTECTED, f"would evict opted-out pod(s) {', '.join(protected)}")))
         elif len(c.evictions) > budget:
-            out.append(
-                Decision(
-                    c.node,
-                    False,
-                    f"eviction budget: needs {len(c.evictions)}, {max(budget, 0)} left of "
-                    f"max_evictions_per_hour {settings.max_evictions_per_hour}",
-                )
+            why = (
+                f"eviction budget: needs {len(c.evictions)}, {max(budget, 0)} left of "
+                f"max_evictions_per_hour {max_evictions_per_hour}"
             )
+            out.append(Decision(c.node, Reason(Code.EVICTION_BUDGET, why)))
         elif slots <= 0:
-            out.append(
-                Decision(c.node, False, f"max_concurrent_nodes {settings.max_concurrent_nodes} already reconfiguring")
-            )
+            limit = f"{rails.setting('max_concurrent_nodes')} {rails.max_concurrent_nodes}"
+            out.append(Decision(c.node, Reason(Code.CONCURRENCY, f"{limit} already reconfiguring")))
         else:
-            out.append(Decision(c.node, True, "dry run: would start" if settings.dry_run else "start"))
+            start = Reason(Code.DRY_RUN, "dry run: would start") if dry_run else Reason(Code.START, "start")
+            out.append(Decision(c.node, start))
             slots -= 1
             budget -= len(c.evictions)
     return out
