@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build the test-only control plane (kube-apiserver, kube-scheduler, etcd, kwok, helm) from Go modules,
-# only when missing, into a cache directory keyed by the pinned versions. Prints that directory on stdout.
+# Build the test-only control plane (kube-apiserver, kube-scheduler, kube-controller-manager, etcd, kwok, helm)
+# from Go modules, only when missing, into a cache directory keyed by the pinned versions. Prints that directory on stdout.
 # NVIDIA's nvidia-mig-parted (the external check of every config migctl writes) is built too, into its own
 # cache directory keyed by its version, so adding or bumping it never rebuilds the control plane. Prometheus's
 # promtool (the check of the chart's alert rules and of the dashboard's PromQL) is built the same way.
@@ -21,7 +21,7 @@ source "$here/testbin/versions.env"
 key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 cache_root="${MIGCTL_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migctl-testbin}"
 bin="$cache_root/$key"
-tools=(kube-apiserver kube-scheduler etcd kwok helm)
+tools=(kube-apiserver kube-scheduler kube-controller-manager etcd kwok helm)
 # kwok (unlike kwokctl) has no built-in stages: it needs the Stage objects from its own module's
 # kustomize/stage/ tree as config. We copy the version-matched "fast" node/pod stages plus heartbeat.
 stages=kwok-stages.yaml
@@ -80,6 +80,8 @@ kver="-X k8s.io/component-base/version.gitVersion=v${KUBERNETES_VERSION} \
 build etcd etcd go.etcd.io/etcd/server/v3
 build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kver"
 build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kver"
+# kube-controller-manager: its resourceclaim controller turns ResourceClaimTemplates into claims (DRA tests).
+build k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kver"
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 build helm helm helm.sh/helm/v3/cmd/helm \
   "-X helm.sh/helm/v3/internal/version.version=v${HELM_VERSION} -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${kminor} \

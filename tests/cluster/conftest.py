@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client, watch
 
 from .controlplane import ControlPlane, ControlPlaneError, find_bin_dir
+from .dra_harness import DraCluster
 from .mig_parted_check import MigPartedCheck, Verdict, find_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -120,6 +121,19 @@ def node_names(core: client.CoreV1Api, namespace: str) -> Iterator[list[str]]:
         except client.ApiException as e:
             if e.status != 404:
                 raise
+
+
+@pytest.fixture
+def dra_cluster(control_plane: ControlPlane, namespace: str, node_names: list[str]) -> Iterator[DraCluster]:
+    """A DRA cluster for one test (tests/cluster/dra_harness.py): NVIDIA's `gpu.nvidia.com` and `mig.nvidia.com`
+    DeviceClasses installed; add per-profile classes, fake-plugin nodes, claims and fences through it. Pods,
+    plugins (pods and slices), fences and classes are removed afterwards; nodes via `node_names`."""
+    cluster = DraCluster(control_plane, namespace, node_names)
+    try:
+        cluster.install_classes()
+        yield cluster
+    finally:
+        cluster.close()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,11 +1,18 @@
-"""A real, light Kubernetes control plane for tests: etcd, kube-apiserver, kube-scheduler and kwok.
+"""A real, light Kubernetes 1.37 control plane for tests: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager (DRA controllers only) and kwok.
 
 This is envtest's recipe (controller-runtime pkg/internal/testing/controlplane) redone in Python so the test
-suite needs no Go at run time, only the binaries `hack/testbin.sh` builds. There is no kubelet and no
-kube-controller-manager: kwok plays the kubelet for nodes annotated `kwok.x-k8s.io/node=fake` (marks them
-Ready, marks their pods Running, removes deleted pods); namespaces never finish deleting and PDB status is never
-computed (tests set it themselves); the TaintNodesByCondition admission plugin is off because nothing would
-ever remove its `not-ready` taint. See docs/testing.md.
+suite needs no Go at run time, only the binaries `hack/testbin.sh` builds. There is no kubelet: kwok plays it
+for nodes annotated `kwok.x-k8s.io/node=fake` (marks them Ready, marks their pods Running, removes deleted
+pods). kube-controller-manager runs only what DRA needs (`KCM_CONTROLLERS`): the resourceclaim controller
+(ResourceClaimTemplate -> ResourceClaim per pod, deallocation), the device-taint eviction controller and the
+garbage collector (which deletes a deleted pod's generated claims, and a deleted node's ResourceSlices).
+Every DRA gate the tests use is on by default at 1.37 (DRADeviceTaints, DRADeviceTaintRules,
+DRAExtendedResource, DRAPrioritizedList GA; DRAPartitionableDevices beta-on), and resource.k8s.io/v1 is served
+by default, so no --feature-gates or --runtime-config are passed. Everything else a full controller manager
+does stays off, deliberately: namespaces never finish deleting, PDB status is never computed (tests set it
+themselves), no Deployment/Job/DaemonSet makes pods; the TaintNodesByCondition admission plugin is
+off because nothing would ever remove its `not-ready` taint. See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -35,7 +42,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client, config
 
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok")
+# The controllers DRA needs and nothing else (names from cmd/kube-controller-manager/names, 1.37). The garbage
+# collector is among them: the resourceclaim controller deletes a pod's generated claim only while the pod still
+# exists (done); for a deleted pod it clears the allocation and leaves the claim to the GC (ownerReferences).
+KCM_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller", "garbage-collector-controller")
 KWOK_STAGES = "kwok-stages.yaml"  # kwok's own Stage objects, copied next to the binary by hack/testbin.sh
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
@@ -160,7 +171,7 @@ class Component:
 
 
 class ControlPlane:
-    """etcd → kube-apiserver → kube-scheduler → kwok on free loopback ports, with an admin kubeconfig.
+    """etcd → kube-apiserver → kube-scheduler + kube-controller-manager → kwok on free loopback ports.
 
     Use `start()`/`stop()` or the context manager. `kubeconfig` is a client-certificate kubeconfig for the
     user `admin` in group `system:masters`.
@@ -275,7 +286,7 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
                 "--authorization-mode=RBAC",
-                # ServiceAccount: nothing creates the default SA (no controller-manager). TaintNodesByCondition:
+                # ServiceAccount: nothing creates the default SA (no serviceaccount controller). TaintNodesByCondition:
                 # it taints new nodes not-ready:NoSchedule and only the (absent) node-lifecycle controller lifts it.
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 f"--service-account-issuer=https://127.0.0.1:{self.api_port}/",
@@ -305,6 +316,21 @@ class ControlPlane:
                 "--v=1",
             ],
         )
+        kcm_port = free_port()
+        self._spawn(
+            d,
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(KCM_CONTROLLERS)}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",  # one admin client; no token controller runs
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--v=1",
+            ],
+        )
         kwok_port = free_port()
         kwok_config = self.bin_dir / KWOK_STAGES  # the kwok binary has no default stages; without them it exits
         self._spawn(
@@ -321,6 +347,7 @@ class ControlPlane:
             ],
         )
         self._wait("kube-scheduler", f"https://127.0.0.1:{sched_port}/healthz", deadline)
+        self._wait("kube-controller-manager", f"https://127.0.0.1:{kcm_port}/healthz", deadline)
         self._wait("kwok", f"http://127.0.0.1:{kwok_port}/healthz", deadline)
 
     def _spawn(self, d: Path, name: str, args: list[str]) -> None:
