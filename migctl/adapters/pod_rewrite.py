@@ -2,18 +2,20 @@
 webhook's patch is built on the Pod object, so it lives with the other readers and writers of API objects).
 
 The original request is kept in the `migctl.io/vram` annotation (the largest container request, a single
-quantity the planner reads as the real need) and the full choice in `migctl.io/vram-choice` (JSON).
+quantity the planner reads as the real need) and the full choice in `migctl.io/vram-choice` (versioned JSON,
+`wire/vram_choice.py`).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from migctl.core.vram.choice import CHOICE_ANNOTATION, ContainerChoice, VramDecision, VramRules
 from migctl.core.vram.offers import PRODUCT_LABEL
+from migctl.wire import vram_choice
+from migctl.wire.vram_choice import ContainerRecord, VramChoice
 
 
 def _set_resource(container: dict[str, Any], rules: VramRules, choice: ContainerChoice) -> None:
@@ -52,19 +54,17 @@ def _add_product_term(spec: dict[str, Any], products: Sequence[str]) -> None:
     }
 
 
-def choice_record(decision: VramDecision) -> dict[str, Any]:
-    """The `migctl.io/vram-choice` annotation's content."""
-    return {
-        "model": decision.model,
-        "products": list(decision.products),
-        "containers": [
-            {"name": c.name, "init": c.init, "request": c.request, "resource": c.resource} for c in decision.choices
-        ],
-    }
+def choice_record(decision: VramDecision, admission: str = "") -> VramChoice:
+    """The `migctl.io/vram-choice` annotation's content (codec: `wire/vram_choice.py`)."""
+    containers = tuple(ContainerRecord(c.name, c.init, c.request, c.resource) for c in decision.choices)
+    return VramChoice(decision.model, tuple(decision.products), containers, admission)
 
 
-def apply(pod: Mapping[str, Any], decision: VramDecision, rules: VramRules | None = None) -> dict[str, Any]:
-    """The pod after a `rewrite` decision (a deep copy; the input is not changed)."""
+def apply(
+    pod: Mapping[str, Any], decision: VramDecision, rules: VramRules | None = None, admission: str = ""
+) -> dict[str, Any]:
+    """The pod after a `rewrite` decision (a deep copy; the input is not changed). `admission`: the admission
+    request's uid, recorded for a pod made from generateName (the Event sender finds it by it)."""
     if decision.action != "rewrite":
         raise ValueError(f"only a rewrite decision changes a pod, not {decision.action!r}")
     rules = rules or VramRules()
@@ -77,6 +77,6 @@ def apply(pod: Mapping[str, Any], decision: VramDecision, rules: VramRules | Non
     annotations = dict(meta.get("annotations") or {})
     largest = max(decision.choices, key=lambda c: c.request_mib)
     annotations[rules.annotation] = largest.request
-    annotations[CHOICE_ANNOTATION] = json.dumps(choice_record(decision), sort_keys=True, separators=(",", ":"))
+    annotations[CHOICE_ANNOTATION] = vram_choice.encode(choice_record(decision, admission))
     meta["annotations"] = annotations
     return out

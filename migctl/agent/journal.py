@@ -23,10 +23,10 @@ from typing import Any
 from migctl.core.hardware.geometry import Placement
 from migctl.core.inplace.steps import Found
 from migctl.errors import MigctlError
+from migctl.wire.versions import VERSION, UnknownVersionError, check_version
 
 JOURNAL = "in-place-journal.json"
 LAYOUT = "in-place-layout.json"
-VERSION = "v1"
 
 
 class JournalError(MigctlError):
@@ -102,8 +102,12 @@ def _read(path: Path) -> dict[str, Any] | None:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise JournalError(f"{path} is not valid JSON ({e.msg}); move it aside only after checking the GPUs") from e
-    if not isinstance(data, dict) or data.get("version") != VERSION:
-        raise JournalError(f"{path}: expected a {VERSION!r} document; another migctl version wrote it")
+    if not isinstance(data, dict):
+        raise JournalError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    try:
+        check_version(data, str(path))  # the one rule of versions (unversioned reads as v1)
+    except UnknownVersionError as e:
+        raise JournalError(f"{e}; nothing is changed until it is resolved") from e
     return data
 
 

@@ -8,10 +8,11 @@ Compared lexicographically, smaller is better:
   4. what stays free serves the demand to come (`migctl/core/forecast/spare.py`, the objective over time);
   5. node name and GPU index (the callers' tie-breaks), so the same snapshot always gives the same plan.
 
-`rank` compares whole plans by 1-3; the greedy passes cost each option of a pod with a `Cost` (2-4, after the
-strategy's own terms); the local search counts stranded MiB with `fit_cost` and `stranded_mib` and keeps moves
-by `stranding` and `lowers`. Changing the objective starts here; `migctl/core/exact/model.py` states the same
-terms as an integer program, stage by stage in `rank`'s order.
+`rank` compares whole plans by 1-3 with the one key of the objective, `objective_key` (in `model/plan.py`, below
+this module, so that `Plan.key` and the exact solver's neighbourhood score use it too); the greedy passes cost
+each option of a pod with a `Cost` (2-4, after the strategy's own terms); the local search counts stranded MiB
+with `fit_cost` and `stranded_mib` and keeps moves by `stranding` and `lowers`. Changing the objective starts
+here; `migctl/core/exact/model.py` states the same terms as an integer program, stage by stage in `rank`'s order.
 
 These terms decide the placement (`planner.place`). The objective's forecast term then chooses the layouts of
 the GPUs the placement reshapes, and pre-shapes idle ones, for the demand to come, the pods left where they are
@@ -21,11 +22,10 @@ integer program `exact/forecast_model.py`, and what a layout serves is `forecast
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from migctl.core.model.cluster import Snapshot
-from migctl.core.model.plan import Plan
+from migctl.core.model.plan import ObjectiveKey, Plan
 
 # (strategy preference, scarce-kind use, stranded MiB, evictions, GPUs reconfigured, nodes touched,
 #  -usefulness of what stays free: forecast demand it serves, `spare.Completions.usefulness`)
@@ -98,11 +98,7 @@ def lowers(delta_mib: int) -> bool:
     return delta_mib < 0
 
 
-def rank(result: Plan, snapshot: Snapshot) -> tuple[object, ...]:
+def rank(result: Plan, snapshot: Snapshot) -> ObjectiveKey:
     """Sort key of the objective (smaller is better): pods placed per priority tier, highest tier first, then
-    stranded MiB, evictions, GPUs and nodes reconfigured."""
-    prio = {p.key: p.priority for p in snapshot.pods}
-    placed = Counter(prio.get(a.pod, 0) for a in {a.pod: a for a in result.assignments}.values())
-    tiers = tuple(-placed[lv] for lv in sorted(set(prio.values()) | set(placed), reverse=True))
-    s = result.summary
-    return (tiers, s.internal_waste_mib + s.unusable_mib, s.evictions, s.gpus_reconfigured, s.nodes_reconfigured)
+    stranded MiB, evictions, GPUs and nodes reconfigured (`Plan.key`, every priority of the snapshot a tier)."""
+    return result.key({p.key: p.priority for p in snapshot.pods})

@@ -22,7 +22,6 @@ from migctl.core.model.cluster import Pod
 from migctl.core.vram.decide import VramDecision, VramRules, decide
 from migctl.core.vram.offers import ModelOffer, OfferIndex
 from migctl.wire.names import QUEUE_GATE
-from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -165,12 +164,12 @@ def review(
     if decision.action == "reject":
         status = {"code": 403, "reason": "Forbidden", "message": decision.message}
         return Outcome(_response(uid, False, status=status), decision, None, dry_run)
-    new = apply(pod, decision, rules) if decision.action == "rewrite" else json.loads(json.dumps(pod))
-    if decision.action == "rewrite" and not (pod.get("metadata") or {}).get("name"):
-        annotations = new["metadata"]["annotations"]  # generateName: the Event sender finds the pod by this uid
-        record = json.loads(annotations[CHOICE_ANNOTATION])
-        record["admission"] = uid
-        annotations[CHOICE_ANNOTATION] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    if decision.action == "rewrite":
+        # generateName: no name yet, so the Event sender finds the pod by this request's uid (`events.py`)
+        admission = "" if (pod.get("metadata") or {}).get("name") else uid
+        new = apply(pod, decision, rules, admission)
+    else:
+        new = json.loads(json.dumps(pod))
     gated = queue_gate and not gate_reason(new, rules, labels)
     if gated:
         _gate(new)

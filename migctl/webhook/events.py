@@ -15,7 +15,6 @@ found yet is looked for again with a doubling delay (`poll_s`, 2x, 4x, ... at mo
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import queue
 import socket
@@ -28,6 +27,7 @@ from typing import Protocol
 from migctl.adapters.events import event_body
 from migctl.adapters.kube.errors import KubeError, NotFoundError
 from migctl.adapters.kube.interface import Obj
+from migctl.wire import vram_choice
 from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -54,10 +54,14 @@ class PendingEvent:
 
 
 def _admission_uid(pod: Obj) -> str:
+    """The admission request uid the webhook recorded on the pod; "" when there is none or the record is not one
+    this migctl reads (another version's, or damaged: then it is no pod this webhook waits for)."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CHOICE_ANNOTATION, "")
+    if not isinstance(raw, str) or not raw:
+        return ""
     try:
-        return str(json.loads(raw).get("admission", ""))
-    except (ValueError, AttributeError):
+        return vram_choice.decode(raw).admission
+    except (ValueError, TypeError):  # UnknownVersionError included
         return ""
 
 

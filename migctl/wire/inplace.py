@@ -9,9 +9,9 @@ GPUs not listed are left alone. The agent chooses placements around the instance
 (`ModelGeometry.place_around`, the same rule the planner checks). The status echoes the plan id it answers, so
 the controller never reads an answer to an older target as the answer to the current one.
 
-Both carry a `version`. A reader that meets another version raises `UnknownVersionError`: the caller leaves the node
-alone and says so, instead of reading a newer writer's state as garbage and undoing it. Other damage raises
-ValueError or TypeError naming the field, like `wire/layout.py`.
+Both carry a `version` (`versions.check_version`, the one rule). A reader that meets another version raises
+`UnknownVersionError`: the caller leaves the node alone and says so, instead of reading a newer writer's state as
+garbage and undoing it. Other damage raises ValueError or TypeError naming the field, like `wire/layout.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Literal
 from migctl.wire.layout import MAX_INSTANCES_PER_GPU
 from migctl.wire.layout import expect_object as _object
 from migctl.wire.values import gpu_index, parse_whole
-from migctl.wire.versions import VERSION, UnknownVersionError
+from migctl.wire.versions import VERSION, UnknownVersionError, check_version
 
 __all__ = ["VERSION", "Held", "State", "Status", "Target", "UnknownVersionError"]
 MAX_TEXT = 1024  # a status message is for people: bounded, so a flood of errors cannot grow the Node object
@@ -69,11 +69,7 @@ def _text(value: Any, where: str, *, empty: bool = False) -> str:
 
 def _document(raw: str, what: str) -> Mapping[str, Any]:
     data = _object(json.loads(raw), what)
-    version = data.get("version")  # new annotations: no legacy unversioned form (wire/versions.py has one)
-    if version != VERSION:
-        raise UnknownVersionError(
-            f"{what}.version: {version!r} is not a version this migctl reads (it reads {VERSION!r})"
-        )
+    check_version(data, what)
     return data
 
 

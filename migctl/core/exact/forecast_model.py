@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from migctl.core.exact.model import INF, Model, Stage
 from migctl.core.exact.solve import AVAILABLE, solve
 from migctl.core.forecast.estimate import Forecast
-from migctl.core.forecast.over_time import ModelGroup, groups, requests, with_layouts
+from migctl.core.forecast.over_time import ModelGroup, groups, requests
 from migctl.core.forecast.spare import match
 from migctl.core.hardware.geometry import CanonicalLayout
 from migctl.core.model.cluster import Pod, Snapshot
@@ -235,7 +235,7 @@ def decode(fm: ForecastModel, x: Sequence[int], plan: Plan, snapshot: Snapshot) 
         return g if o is None else replace(g, target=GpuConfig.mig(o.layout), unusable_mib_after=o.unusable)
 
     nodes = tuple(NodePlan(n.name, tuple(shaped(n.name, g) for g in n.gpus)) for n in plan.nodes)
-    return with_layouts(plan, nodes, tuple(assignments))
+    return plan.revised(nodes, assignments)
 
 
 def improve(placed: Plan, shaped: Plan, snapshot: Snapshot, settings: PlannerSettings, demand: Forecast) -> Plan:

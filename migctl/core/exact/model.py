@@ -149,7 +149,7 @@ def node_models(nodes: Iterable[Node], settings: PlannerSettings) -> list[NodeMo
         if node.model is None:
             continue  # non-MIG cards serve no profile/vram demand
         geo = geometry(node.model)
-        frozen = bool(node.frozen_reason) or node.labels.get(settings.exclude_label) == "true"
+        frozen = not node.may_reconfigure(settings)
         mode_ok = settings.allow_mig_mode_change and not frozen and not node.gpu_pods
         nm = NodeModel(node, node.model, geo, Counter())
         if node.usage_known and node.gpus:

@@ -139,7 +139,7 @@ def for_the_forecast(result: Plan, snapshot: Snapshot, settings: PlannerSettings
             gpus[(node.name, gp.index)] = new
             want = comp.residual(new.target.layout)
     node_plans = tuple(NodePlan(n.name, tuple(gpus[(n.name, g.index)] for g in n.gpus)) for n in result.nodes)
-    return with_layouts(result, node_plans, tuple(assignments))
+    return result.revised(node_plans, assignments)
 
 
 def _at(
@@ -222,30 +222,4 @@ def _preshape(gp: GpuPlan, comp: Completions, price: float) -> GpuPlan:
 
 def _reshapable(node: Node, gpu: Gpu, settings: PlannerSettings) -> bool:
     """The planner's own rule for reshaping a GPU: MIG on, known to be idle, on a node it may reconfigure."""
-    return (
-        gpu.config.mig_enabled
-        and node.usage_known
-        and gpu.busy is False
-        and not node.frozen_reason
-        and node.labels.get(settings.exclude_label) != "true"
-    )
-
-
-def with_layouts(result: Plan, nodes: tuple[NodePlan, ...], assignments: tuple[Assignment, ...]) -> Plan:
-    """`result` with new node plans and assignments, its summary recomputed from them."""
-    s = result.summary
-    waste = sum(a.waste_mib for a in assignments)
-    unusable = sum(g.unusable_mib_after for n in nodes for g in n.gpus if g.changed)
-    after_delta = sum(g.unusable_mib_after for n in nodes for g in n.gpus) - sum(
-        g.unusable_mib_after for n in result.nodes for g in n.gpus
-    )
-    summary = replace(
-        s,
-        stranded_mib_after=s.stranded_mib_after + after_delta + waste - s.internal_waste_mib,
-        internal_waste_mib=waste,
-        unusable_mib=unusable,
-        gpus_reconfigured=sum(1 for n in nodes for g in n.gpus if g.changed),
-        nodes_reconfigured=sum(1 for n in nodes if n.changed),
-    )
-    ordered = tuple(sorted(assignments, key=lambda a: (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile)))
-    return replace(result, summary=summary, nodes=nodes, assignments=ordered)
+    return gpu.config.mig_enabled and node.usage_known and gpu.busy is False and node.may_reconfigure(settings)

@@ -15,6 +15,7 @@ from typing import Literal
 from migctl.core.hardware.catalog import Card, GpuModel
 from migctl.core.hardware.geometry import Placement
 from migctl.core.model.gpu_config import GpuConfig
+from migctl.core.model.settings import PlannerSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +210,20 @@ class Node:
     frozen_reason: str = ""  # why migctl must not reconfigure this node now ("" = it may)
     gpu_pods: tuple[tuple[str, int, int | None], ...] = ()  # (pod key, priority, gpu index) of running GPU pods
     in_place: bool = False  # opted into the in-place path: the agent may re-cut the free part of busy GPUs
+    # how the node's GPUs reach pods: "" the device plugin; "static" NVIDIA's DRA driver advertising the MIG devices
+    # that exist; "dynamic" its DynamicMIG, which makes each claim's partition at allocation (every GPU's free part
+    # is open to any placement: the plan's re-cuts there are fences that steer first-fit, not actuation)
+    dra: Literal["", "static", "dynamic"] = ""
 
     @property
     def free(self) -> Resources:
         return self.allocatable - self.used
+
+    def may_reconfigure(self, settings: PlannerSettings) -> bool:
+        """Whether migctl may reshape this node's GPUs now: nothing freezes it and it is not excluded
+        (`planner.exclude_label`). The one rule of the planner, the exact solver, the forecast term and the
+        webhook's capacity view."""
+        return not self.frozen_reason and self.labels.get(settings.exclude_label) != "true"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The node agent's inventory: what NVML says about a node's GPUs, published as the annotation `migctl.io/gpus`.
 
 The agent (`migctl agent`) writes it on its own Node; the planner, the fallback scheduler and `migctl plan` read
-it. It is compact JSON of a versioned schema, so a reader can refuse a version it does not know instead of
+it. It is compact JSON of a versioned schema, so a reader can recognise a version it does not know instead of
 misreading it. Hardware is the only source of per-GPU truth here: which GPU a MIG device lives on, its placement,
 and whether a process runs on it. The device plugin and GFD only report node-wide counts.
 """
@@ -18,14 +18,20 @@ from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.text.label_values import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
 from migctl.errors import InputError, Problem, from_validation_error
 from migctl.wire import names
+from migctl.wire.versions import UnknownVersionError, check_version
 
 INVENTORY_ANNOTATION = names.GPUS
-INVENTORY_VERSION = "v1"
 
 NonNegative = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(gt=0)]
 PciId = Annotated[str, Field(pattern=r"^0x[0-9A-F]{8}$")]
 Memory = Annotated[int, Field(gt=0, le=MAX_GPU_MEMORY_MIB)]  # sane bounds: the annotation is input like any other
+
+
+class ForeignInventoryError(InputError, UnknownVersionError):
+    """An inventory of another version (a newer or older agent, mid-upgrade): not damage. An InputError, so a
+    reader that only knows those still leaves the inventory out; an UnknownVersionError, so one that knows the
+    difference can say which it is."""
 
 
 class _Strict(BaseModel):
@@ -97,7 +103,7 @@ class GpuInfo(_Strict):
 class Inventory(_Strict):
     """Everything the agent knows about one node's GPUs."""
 
-    version: Literal["v1"] = "v1"
+    version: Literal["v1"] = "v1"  # `wire.versions.VERSION`; `parse_inventory` checks it before the schema
     driver: str = ""
     gpus: tuple[GpuInfo, ...] = Field((), max_length=MAX_GPUS_PER_NODE)
     profiles: dict[str, Memory] = Field(
@@ -126,7 +132,9 @@ class Inventory(_Strict):
 
 
 def parse_inventory(raw: str, node: str) -> Inventory:
-    """Read the annotation; InputError names the node, the annotation and the field."""
+    """Read the annotation; InputError names the node, the annotation and the field. Its version is checked by
+    the one rule (`wire.versions.check_version`: unversioned reads as v1); another version raises
+    `ForeignInventoryError`."""
     where = f"node {node}"
     field = f"metadata.annotations[{INVENTORY_ANNOTATION}]"
     try:
@@ -135,12 +143,10 @@ def parse_inventory(raw: str, node: str) -> Inventory:
         raise InputError(where, [Problem(field, f"not valid JSON ({e.msg} at {e.pos})")]) from e
     if not isinstance(data, dict):
         raise InputError(where, [Problem(field, f"expected a JSON object, got {type(data).__name__}")])
-    version = data.get("version")
-    if version != INVENTORY_VERSION:
-        raise InputError(
-            where,
-            [Problem(f"{field}.version", f"unsupported inventory version {version!r}; expected {INVENTORY_VERSION!r}")],
-        )
+    try:
+        check_version(data, f"{field}.version")
+    except UnknownVersionError as e:
+        raise ForeignInventoryError(where, str(e)) from e
     gpus = data.get("gpus")
     if isinstance(gpus, list) and len(gpus) > MAX_GPUS_PER_NODE:
         raise InputError(where, [Problem(f"{field}.gpus", f"{len(gpus)} GPUs; at most {MAX_GPUS_PER_NODE} per node")])

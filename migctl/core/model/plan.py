@@ -5,13 +5,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from migctl.core.model.gpu_config import GpuConfig, NodeConfig, config_name
 
 PLAN_FORMAT_VERSION = "v1"
+# The objective's sort key, smaller is better (`migctl/core/objective.py` states the objective): minus the pods
+# placed per priority tier (highest tier first), stranded MiB, evictions, GPUs reconfigured, nodes reconfigured.
+ObjectiveKey = tuple[tuple[int, ...], int, int, int, int]
+
+
+def objective_key(
+    placed: Iterable[int], tiers: Iterable[int], stranded_mib: int, evictions: int, gpus: int, nodes: int
+) -> ObjectiveKey:
+    """The objective's key of a plan or of part of one (the exact solver's neighbourhoods). `placed`: the priority
+    of each pod placed; `tiers`: the priorities compared (a placed pod of another priority does not count). It
+    lives with `Plan`, below the objective's module, so that every layer that ranks plans reaches the one key."""
+    count = Counter(placed)
+    return (tuple(-count[t] for t in sorted(set(tiers), reverse=True)), stranded_mib, evictions, gpus, nodes)
 
 
 @dataclass(frozen=True)
@@ -26,6 +41,11 @@ class Assignment:
     @property
     def waste_mib(self) -> int:
         return max(0, self.instance_mib - self.need_mib)
+
+
+def assignment_order(a: Assignment) -> tuple[str, int, str, str]:
+    """The order of a plan's assignments: node, GPU (an unknown one first), pod, profile."""
+    return (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile)
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,34 @@ class Summary:
     gpus_reconfigured: int
     nodes_reconfigured: int
 
+    @classmethod
+    def of(
+        cls,
+        nodes: Sequence[NodePlan],
+        assignments: Sequence[Assignment],
+        *,
+        pending_pods: int,
+        running_waste_mib: int,
+        evictions: int,
+    ) -> Summary:
+        """The figures of a plan with these node plans and assignments (docs/plan-format.md), the one formula for
+        every step that makes or revises a plan. `running_waste_mib`: the known waste of running pods, counted in
+        stranded MiB before and after alike."""
+        gpus = [g for n in nodes for g in n.gpus]
+        changed = [g for g in gpus if g.changed]
+        waste = sum(a.waste_mib for a in assignments)
+        return cls(
+            pending_pods=pending_pods,
+            pods_placed=len({a.pod for a in assignments}),
+            stranded_mib_before=sum(g.unusable_mib_before for g in gpus) + running_waste_mib,
+            stranded_mib_after=sum(g.unusable_mib_after for g in gpus) + running_waste_mib + waste,
+            internal_waste_mib=waste,
+            unusable_mib=sum(g.unusable_mib_after for g in changed),
+            evictions=evictions,
+            gpus_reconfigured=len(changed),
+            nodes_reconfigured=sum(1 for n in nodes if n.changed),
+        )
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -100,9 +148,47 @@ class Plan:
     work_units: int = 0  # what planning spent (core/budget.py)
     budget_exhausted: bool = False  # planner.work_budget cut planning short: the best plan so far
 
+    def key(self, priority: Mapping[str, int]) -> ObjectiveKey:
+        """The objective's key of this plan (`objective_key`); `priority`: each pod's, every one of them a tier
+        (a placed pod missing from it counts as priority 0)."""
+        placed = [priority.get(pod, 0) for pod in {a.pod for a in self.assignments}]
+        s = self.summary
+        stranded = s.internal_waste_mib + s.unusable_mib
+        tiers = {*priority.values(), *placed}
+        return objective_key(placed, tiers, stranded, s.evictions, s.gpus_reconfigured, s.nodes_reconfigured)
+
     def objective(self) -> tuple[int, int]:
-        """(pods placed, stranded MiB of the objective): what the exact reference compares."""
-        return self.summary.pods_placed, self.summary.internal_waste_mib + self.summary.unusable_mib
+        """(pods placed, stranded MiB): the first two terms of `key` with every pod in one tier, the pair the
+        benchmarks report and bench/exact.py's reference compares."""
+        tiers, stranded, *_ = self.key({})
+        return -sum(tiers), stranded
+
+    @property
+    def running_waste_mib(self) -> int:
+        """The known waste of running pods in this plan's stranded MiB (what `Summary.of` was given)."""
+        after = sum(g.unusable_mib_after for n in self.nodes for g in n.gpus)
+        return self.summary.stranded_mib_after - self.summary.internal_waste_mib - after
+
+    def revised(
+        self,
+        nodes: tuple[NodePlan, ...],
+        assignments: Iterable[Assignment],
+        unplaced: tuple[Unplaced, ...] | None = None,
+    ) -> Plan:
+        """This plan with other node plans and assignments (and reasons), its summary recomputed by `Summary.of`:
+        the exact solver's and the forecast term's revisions keep its pending pods, running pods and evictions."""
+        ordered = tuple(sorted(assignments, key=assignment_order))
+        s = self.summary
+        summary = Summary.of(
+            nodes, ordered, pending_pods=s.pending_pods, running_waste_mib=self.running_waste_mib, evictions=s.evictions
+        )
+        return replace(
+            self,
+            summary=summary,
+            nodes=nodes,
+            assignments=ordered,
+            unplaced=self.unplaced if unplaced is None else unplaced,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         s = self.summary

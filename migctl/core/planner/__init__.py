@@ -1,7 +1,8 @@
 """The planner: `plan(snapshot, settings) -> Plan`, from pending pods' GPU demand to per-GPU MIG layouts.
 
-Its files follow its data (docs/architecture.md, "Where to change what"):
-  - `objective.py`: the objective and the cost of every option, in one place (`rank`, `Cost`, `cost`);
+Its files follow its data (docs/architecture.md, "Where to change what"); the objective and the cost of every
+option it compares are not here but one layer below, in `migctl/core/objective.py` (`rank`, `Cost`, `cost`; the
+key itself is `model/plan.py`'s `objective_key`), since the local search and the exact solver compare them too:
   - `strategy.py`: the greedy's strategies as records;
   - `state.py`: one pass's state (GPUs as `Slot`s, nodes as `NodeState`s), then one layer per concern on top:
     `index.py` (signatures, heaps, views, options), `greedy.py` (placing pods), `evictions.py`, `explain.py`

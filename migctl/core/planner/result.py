@@ -6,7 +6,7 @@ from __future__ import annotations
 from migctl.core.hardware.geometry import canonical
 from migctl.core.model.cluster import Pod
 from migctl.core.model.gpu_config import GpuConfig
-from migctl.core.model.plan import GpuPlan, NodePlan, Plan, Summary, Unplaced
+from migctl.core.model.plan import GpuPlan, NodePlan, Plan, Summary, Unplaced, assignment_order
 from migctl.core.planner.explain import Explain
 
 
@@ -15,9 +15,6 @@ class Results(Explain):
 
     def _result(self, pending: list[Pod], unplaced: list[Pod]) -> Plan:
         node_plans: list[NodePlan] = []
-        unusable_changed = 0
-        stranded_before = stranded_after = 0
-        gpus_changed = 0
         for ns in self.nodes:
             node = ns.node
             if node.model is None or not node.gpus:
@@ -40,36 +37,23 @@ class Results(Explain):
                         target = GpuConfig.disabled()
                 before = comp.geo.unusable_mib(current.layout) if current.mig_enabled else 0
                 after = comp.geo.unusable_mib(target.layout) if target.mig_enabled else 0
-                stranded_before += before
-                stranded_after += after
-                gp = GpuPlan(gpu.index, node.model.id, current, target, before, after)
-                if gp.changed:
-                    unusable_changed += after
-                    gpus_changed += 1
-                plans.append(gp)
+                plans.append(GpuPlan(gpu.index, node.model.id, current, target, before, after))
             node_plans.append(NodePlan(node.name, tuple(plans)))
-        waste = sum(a.waste_mib for a in self.assignments)
-        running_waste = self._running_waste()
         placed = {a.pod for a in self.assignments}
         reasons = self._explain([p for p in unplaced if p.key not in placed])
         reasons += [Unplaced(k, r) for k, r in self.snapshot.rejected]
-        summary = Summary(
+        assignments = tuple(sorted(self.assignments, key=assignment_order))
+        summary = Summary.of(
+            node_plans,
+            assignments,
             pending_pods=len(pending) + len(self.snapshot.rejected),
-            pods_placed=len(placed),
-            stranded_mib_before=stranded_before + running_waste,
-            stranded_mib_after=stranded_after + running_waste + waste,
-            internal_waste_mib=waste,
-            unusable_mib=unusable_changed,
+            running_waste_mib=self._running_waste(),
             evictions=len(self.evictions),
-            gpus_reconfigured=gpus_changed,
-            nodes_reconfigured=sum(1 for n in node_plans if n.changed),
         )
         return Plan(
             summary=summary,
             nodes=tuple(node_plans),
-            assignments=tuple(
-                sorted(self.assignments, key=lambda a: (a.node, a.gpu if a.gpu is not None else -1, a.pod, a.profile))
-            ),
+            assignments=assignments,
             unplaced=tuple(sorted(reasons, key=lambda u: u.pod)),
             evictions=tuple(self.evictions),
             warnings=self.snapshot.warnings,

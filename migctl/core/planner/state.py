@@ -173,11 +173,7 @@ class PlanState:
         for node in sorted(self.snapshot.nodes, key=lambda n: n.name):
             if node.model is None and node.card is None:
                 continue
-            frozen = (
-                bool(node.frozen_reason)
-                or node.labels.get(self.settings.exclude_label) == "true"
-                or not self.strategy.changes
-            )
+            frozen = not node.may_reconfigure(self.settings) or not self.strategy.changes
             mode_ok = self.settings.allow_mig_mode_change and not frozen and not node.gpu_pods
             room = node.free
             ns = NodeState(node, room, mode_ok, room)

@@ -83,7 +83,8 @@ def offers_from_snapshot(snapshot: Snapshot, planner: PlannerSettings | None = N
     for n in snapshot.nodes:
         if n.model is None:
             continue
-        may_reshape = not n.frozen_reason and not n.unschedulable and n.labels.get(planner.exclude_label) != "true"
+        # a cordoned node's idle GPUs serve no new pod (`static_misfit` keeps pods off it too): not counted
+        may_reshape = n.may_reconfigure(planner) and not n.unschedulable
         idle = idle_mig = idle_whole = 0
         if may_reshape:
             for g in n.gpus:

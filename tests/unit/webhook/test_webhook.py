@@ -27,6 +27,7 @@ from migctl.webhook.configuration import webhook_configuration
 from migctl.webhook.events import EventSender
 from migctl.webhook.server import WebhookServer
 from migctl.webhook.tls import CertBundle, ServingContext, renew, renewal_reason
+from migctl.wire.vram_choice import VramChoice, decode, encode
 
 CATALOG = load_catalog()
 H100 = CATALOG.model("h100-80gb")
@@ -109,10 +110,12 @@ def test_generate_name_pods_carry_the_request_uid_for_their_event() -> None:
     pod["metadata"]["generateName"] = "w-"
     out = review(admission_review(pod), OFFERS, VramRules())
     assert out.pod is not None
-    assert json.loads(out.pod["metadata"]["annotations"][CHOICE_ANNOTATION])["admission"] == "u-1"
+    assert decode(out.pod["metadata"]["annotations"][CHOICE_ANNOTATION]).admission == "u-1"
     named = review(admission_review(vram_pod()), OFFERS, VramRules())
     assert named.pod is not None
-    assert "admission" not in json.loads(named.pod["metadata"]["annotations"][CHOICE_ANNOTATION])
+    record = named.pod["metadata"]["annotations"][CHOICE_ANNOTATION]
+    assert "admission" not in json.loads(record) and json.loads(record)["version"] == "v1"
+    assert decode(record).containers == decode(out.pod["metadata"]["annotations"][CHOICE_ANNOTATION]).containers
 
 
 def test_reject_is_403_with_the_message() -> None:
@@ -438,17 +441,16 @@ def test_event_waits_for_the_pod_then_names_its_uid() -> None:
 
 
 def test_event_for_generate_name_pod_found_by_request_uid_and_given_up_after_the_wait() -> None:
-    rec = json.dumps({"admission": "u-2"})
+    def pod(name: str, uid: str, record: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "uid": uid, "annotations": {CHOICE_ANNOTATION: record}}}
+
+    legacy = {"model": "m", "products": [], "containers": [], "admission": "u-1"}  # an earlier migctl's: unversioned
+    later = json.dumps({"version": "v2", "admission": "u-3"})  # another version's: not a record this webhook wrote
     kube = FakeEvents(
         [
-            {
-                "metadata": {
-                    "name": "w-aaaaa",
-                    "uid": "x",
-                    "annotations": {CHOICE_ANNOTATION: json.dumps({"admission": "u-1"})},
-                }
-            },
-            {"metadata": {"name": "w-bbbbb", "uid": "y", "annotations": {CHOICE_ANNOTATION: rec}}},
+            pod("w-aaaaa", "x", json.dumps(legacy)),
+            pod("w-bbbbb", "y", encode(VramChoice("m", (), (), "u-2"))),
+            pod("w-ccccc", "z", later),
         ]
     )
     now = [0.0]
@@ -456,12 +458,15 @@ def test_event_for_generate_name_pod_found_by_request_uid_and_given_up_after_the
     sender.submit("ns", {"metadata": {"generateName": "w-"}}, "u-2", "m")
     assert sender.try_send(sender.queue.get_nowait())
     assert kube.events[0]["involvedObject"]["uid"] == "y"
+    sender.submit("ns", {"metadata": {"generateName": "w-"}}, "u-1", "m")
+    assert sender.try_send(sender.queue.get_nowait())
+    assert kube.events[1]["involvedObject"]["uid"] == "x"  # the legacy record reads as v1
     sender.submit("ns", {"metadata": {"generateName": "w-"}}, "u-3", "m")
     item = sender.queue.get_nowait()
     assert not sender.try_send(item)
     now[0] = 6.0
     assert sender.try_send(item)  # given up, nothing sent
-    assert len(kube.events) == 1
+    assert len(kube.events) == 2
 
 
 # -- migctl plan ----------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
-import json
 import socket
 import ssl
 import time
@@ -20,6 +19,7 @@ from migctl.webhook.configuration import match_conditions, webhook_configuration
 from migctl.webhook.events import EventSender
 from migctl.webhook.server import WebhookServer
 from migctl.webhook.tls import CertBundle, ServingContext, renew
+from migctl.wire.vram_choice import VramChoice, encode
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -153,7 +153,7 @@ def _lists_over_the_wait(events: int, namespaces: int = 1) -> tuple[int, int]:
                         "name": f"w-{i}",
                         "namespace": f"ns-{i % namespaces}",
                         "uid": f"pod-{i}",
-                        "annotations": {CHOICE_ANNOTATION: json.dumps({"admission": f"u-{i}"})},
+                        "annotations": {CHOICE_ANNOTATION: encode(VramChoice("m", (), (), f"u-{i}"))},
                     }
                 }
                 for i in range(0, events, 2)

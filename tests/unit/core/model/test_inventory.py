@@ -7,8 +7,9 @@ import json
 import pytest
 
 from migctl.adapters.nvml import NvmlReader
-from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice, parse_inventory
+from migctl.core.model.inventory import ForeignInventoryError, GpuInfo, Inventory, MigDevice, parse_inventory
 from migctl.errors import InputError
+from migctl.wire.versions import UnknownVersionError
 from tests.unit.fake_nvml import FakeNvml, a100_mig, h100_no_mig, t4
 
 
@@ -48,7 +49,7 @@ def test_unknown_busy_state_makes_usage_unknown() -> None:
     [
         (lambda d: "{not json", "not valid JSON"),
         (lambda d: json.dumps([1]), "expected a JSON object"),
-        (lambda d: json.dumps({**d, "version": "v9"}), "unsupported inventory version 'v9'"),
+        (lambda d: json.dumps({**d, "version": "v9"}), ".version: version 'v9' was written by another migctl version"),
         (lambda d: json.dumps({**d, "gpus": [{**d["gpus"][0], "uuid": ""}]}), "gpus[0].uuid"),
         (lambda d: json.dumps({**d, "gpus": [{**d["gpus"][0], "surprise": 1}]}), "gpus[0].surprise"),
         (lambda d: json.dumps({**d, "gpus": [d["gpus"][1], d["gpus"][1]]}), "duplicate GPU index"),
@@ -71,3 +72,22 @@ def test_bad_annotations_name_the_node_and_the_field(mutate: object, expected: s
     assert text.startswith("node gpu-node-7:")
     assert "metadata.annotations[migctl.io/gpus]" in text
     assert expected in text
+
+
+def test_another_agent_versions_inventory_is_recognised_as_such_not_as_damage() -> None:
+    """Through the one version rule (`wire.versions.check_version`): an UnknownVersionError (a reader can tell a
+    newer agent from a broken one) that is still an InputError (a reader that cannot tell still leaves it out)."""
+    data = json.loads(_inventory().to_annotation())
+    with pytest.raises(ForeignInventoryError) as err:
+        parse_inventory(json.dumps({**data, "version": "v2", "gpus": "a shape v1 never had"}), "n1")
+    assert isinstance(err.value, UnknownVersionError) and isinstance(err.value, InputError)
+    with pytest.raises(InputError) as damaged:
+        parse_inventory(json.dumps({**data, "gpus": "not a list"}), "n1")
+    assert not isinstance(damaged.value, UnknownVersionError)
+
+
+def test_an_unversioned_inventory_reads_as_v1() -> None:
+    inv = _inventory()
+    data = json.loads(inv.to_annotation())
+    del data["version"]
+    assert parse_inventory(json.dumps(data), "n1") == inv
