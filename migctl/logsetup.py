@@ -1,7 +1,12 @@
-"""One logging setup for migctl: plain text (key=value extras) or JSON lines, one line per decision.
+"""One logging setup for every migctl component: plain text (key=value extras) or JSON lines, one line per decision.
 
-Decision lines carry `plan_id` and `node` extras (`log.info(..., extra={"plan_id": ..., "node": ...})`), so a
-plan can be followed across nodes and restarts with one grep.
+Decision lines carry extras (`log.info(..., extra={"plan_id": ..., "node": ...})`), so a plan can be followed
+across nodes and restarts with one grep. Every extra a caller passes is kept, in both formats: a formatter that
+knew a fixed list of keys silently dropped the others.
+
+The format and level come from the component's config (`controller.log_format`, `controller.log_level`: the one
+setting every component reads), and the global `migctl --log-format/--log-level` flags win over it
+(`set_overrides`, called by the command group before any subcommand configures its logging).
 """
 
 from __future__ import annotations
@@ -9,10 +14,21 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-EXTRAS = ("plan_id", "node", "phase", "decision", "pod")
+Format = Literal["text", "json"]
+FORMATS: tuple[Format, ...] = ("text", "json")
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+# What every LogRecord carries by itself; anything else on a record came from `extra=`.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
+
+
+def extras(record: logging.LogRecord) -> dict[str, Any]:
+    """The `extra=` fields of a record, in the order given; empty ones (None, "") are left out."""
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and v is not None and v != ""}
 
 
 class JsonFormatter(logging.Formatter):
@@ -23,10 +39,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key in EXTRAS:
-            value = getattr(record, key, None)
-            if value:
-                out[key] = value
+        for key, value in extras(record).items():
+            out.setdefault(key, value)  # an extra never overwrites the line's own fields
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
@@ -38,16 +52,31 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extras = [f"{k}={getattr(record, k)}" for k in EXTRAS if getattr(record, k, None)]
-        return f"{line} [{' '.join(extras)}]" if extras else line
+        pairs = [f"{k}={v}" for k, v in extras(record).items()]
+        return f"{line} [{' '.join(pairs)}]" if pairs else line
+
+
+@dataclass
+class _Overrides:
+    fmt: Format | None = None
+    level: str | None = None
+
+
+_overrides = _Overrides()
+
+
+def set_overrides(fmt: Format | None, level: str | None) -> None:
+    """The global command-line flags: they win over every later `setup_logging` call's arguments."""
+    _overrides.fmt, _overrides.level = fmt, level
 
 
 def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
-    """Configure the root logger once (replacing earlier handlers); quiet chatty libraries."""
+    """Configure the root logger (replacing earlier handlers); quiet chatty libraries. The global flags win."""
+    fmt = _overrides.fmt or fmt
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(_overrides.level or level)
     for noisy in ("apscheduler", "urllib3", "kubernetes"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -5,7 +5,9 @@ on it, or either cannot say) are never destroyed or moved; the steps come from `
 mutation the journal records it; after each destroy the GPU and the kubelet's allocations are read again. A
 destroy refused with IN_USE is retried with a bounded exponential backoff (tenacity); if it never clears, or a
 create fails, the GPU is rolled back to the instances it had and the journal entry is closed. MIG mode is never
-changed. New instances get their /dev/nvidia-caps device nodes through the injected `caps` command.
+changed. New instances get their /dev/nvidia-caps device nodes through the injected `caps` command; `caps_ready`
+says beforehand whether it can run, so a target that creates instances stops before its first change, not after
+its last (a host without the DaemonSet's /host used to get its instances and then the error).
 """
 
 from __future__ import annotations
@@ -89,10 +91,12 @@ class Applier:
         caps: Callable[[], None],
         retry: Retry | None = None,
         layouts: LayoutRecord | None = None,
+        caps_ready: Callable[[], str] | None = None,
     ) -> None:
         self.nvml, self.kubelet, self.journal, self.catalog, self.caps = nvml, kubelet, journal, catalog, caps
         self.retry = retry or Retry()
         self.layouts = layouts
+        self.caps_ready = caps_ready  # "" when the caps command can run, else why not
 
     # -- reading --------------------------------------------------------------------------------------------
 
@@ -117,9 +121,17 @@ class Applier:
     # -- the command ----------------------------------------------------------------------------------------
 
     def apply(self, target: Mapping[int, Mapping[str, int]], dry_run: bool = False) -> Result:
-        """Validate everything first (InputError: nothing changed), read the kubelet (PodResourcesError: nothing
+        """Validate everything first (InputError: nothing changed), check that the device-node step can run when
+        the target creates instances (MigctlError: nothing changed), read the kubelet (PodResourcesError: nothing
         changed), then change GPU after GPU."""
         result = Result()
+        if self.caps_ready is not None and any(n for counts in target.values() for n in counts.values()):
+            unready = self.caps_ready()
+            if unready:
+                raise MigctlError(
+                    f"the device-node step after creating instances cannot run: {unready}; nothing was changed "
+                    "(set agent.caps_command: docs/in-place.md)"
+                )
         with self.nvml.session():
             if self.journal.entries():
                 if dry_run:

@@ -15,6 +15,7 @@ import click
 from migctl import __version__
 from migctl.cli.output import fail
 from migctl.errors import InputError, LayoutError
+from migctl.logsetup import FORMATS, LEVELS, Format, set_overrides, setup_logging
 
 # name -> (module, attribute): where each subcommand lives.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -54,8 +55,27 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="migctl", message="%(prog)s %(version)s")
-def cli() -> None:
-    """migctl: plans and applies MIG layouts so pending GPU pods fit and no memory is stranded."""
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="Log line format of any command (default: controller.log_format of the config, else text).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LEVELS, case_sensitive=False),
+    default=None,
+    help="Root log level of any command (default: controller.log_level of the config, else INFO).",
+)
+def cli(log_format: Format | None, log_level: str | None) -> None:
+    """migctl: plans and applies MIG layouts so pending GPU pods fit and no memory is stranded.
+
+    --log-format and --log-level go before the command (`migctl --log-level DEBUG agent`) and win over the
+    config file, for the daemons (run, agent, webhook, fallback) and the one-shot commands alike.
+    """
+    set_overrides(log_format, log_level.upper() if log_level else None)
+    if log_format or log_level:
+        setup_logging()
 
 
 @cli.command()

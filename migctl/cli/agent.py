@@ -9,11 +9,13 @@ from pathlib import Path
 
 import click
 
+from migctl.cli.output import Group
 from migctl.config import load_config
 from migctl.core.model.inventory import Inventory
+from migctl.logsetup import setup_logging
 
 
-@click.group("agent", invoke_without_command=True)
+@click.group("agent", cls=Group, invoke_without_command=True)
 @click.option("--once", is_flag=True, help="Read (and publish) once, then exit; exit code 1 if NVML fails.")
 @click.option(
     "--print",
@@ -47,7 +49,7 @@ def agent_command(
 
     cfg = load_config(config_file)
     settings = cfg.agent
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(cfg.controller.log_format, cfg.controller.log_level)
     reader: Reader = NvmlReader()
     if once and print_only:
         try:
@@ -127,7 +129,7 @@ def apply_command(
     from migctl.cli.agent_apply import build_applier, render
     from migctl.errors import InputError, MigctlError
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(level="WARNING")  # the result goes to stdout; the log only for problems (--log-level: more)
     try:
         cfg = load_config(config_file)
         target = read_target(layout_file)

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import click
 
-from migctl.cli.output import stop_on_signals
+from migctl.cli.output import Command, stop_on_signals
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import load_config
 from migctl.core.hardware.catalog import load_catalog
+from migctl.logsetup import setup_logging
 
 
-@click.command("fallback")
+@click.command("fallback", cls=Command)
 @click.option("--once", is_flag=True, help="One pass (capacity sync, placement, binding), print what it did, exit.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="migctl config file (`fallback:`).")
 @click.option("--kubeconfig", type=click.Path(path_type=Path), help="Default: in-cluster, then KUBECONFIG.")
@@ -29,12 +29,13 @@ def fallback_command(
 ) -> None:
     """Advertise VRAM on GPUs without MIG and place `schedulerName: migctl` pods on one GPU each."""
     from migctl.adapters.kube import api_client
+    from migctl.fallback.metrics import serve_metrics
     from migctl.fallback.scheduler import FallbackScheduler
 
     cfg = load_config(config_file)
     settings, planner = cfg.fallback, cfg.planner
     catalog = load_catalog(profiles_dirs)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(cfg.controller.log_format, cfg.controller.log_level)
     scheduler = FallbackScheduler(
         api_client(str(kubeconfig) if kubeconfig else None, context), catalog, settings, planner
     )
@@ -51,5 +52,7 @@ def fallback_command(
             )
         )
         return
+    if settings.metrics_port is not None:
+        serve_metrics(scheduler.metrics, settings.metrics_port, settings.interval_seconds)
     stop = stop_on_signals()
     scheduler.serve(stop)

@@ -1,4 +1,10 @@
-"""Small output helpers shared by the subcommands (tables, JSON, errors)."""
+"""Small output helpers shared by the subcommands (tables, JSON and YAML, errors and exit codes).
+
+Every command ends an error the same way (README "Commands"): one paragraph on stderr that starts with `error: `,
+and exit code 2 for a usage or input problem a person fixes in the command line, a file or the credentials
+(`EXIT_USAGE`), 1 for a failure while running: the API server refused or could not be reached, NVML failed
+(`EXIT_RUNTIME`). `migctl agent apply` adds 3 (blocked by an instance in use).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +15,97 @@ import threading
 from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _quote  # json.dumps of a str
 from types import FrameType
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import click
+
+from migctl.errors import InputError, LayoutError, MigctlError
+
+EXIT_RUNTIME, EXIT_USAGE = 1, 2
 
 OUTPUT_OPTION = click.option(
     "--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
 )
+# plan and status, shaped like kubectl get: yaml is the JSON document as YAML, wide the text with more columns.
+FORMATS = ("text", "json", "yaml", "wide")
+FORMAT_OPTION = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="Output format: text, json (stable schema), yaml (the same document), wide (text with more columns).",
+)
 
 
-def fail(message: str) -> NoReturn:
-    """Print one paragraph and exit with the usage-error code."""
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print one paragraph and exit (the usage-error code unless told otherwise)."""
     click.echo(f"error: {message}", err=True)
-    raise SystemExit(2)
+    raise SystemExit(code)
+
+
+def exit_code(e: MigctlError) -> int:
+    """EXIT_USAGE for what the person running the command fixes (bad input, a layout that cannot exist, no usable
+    credentials), EXIT_RUNTIME for the rest (the API server, NVML, the journal)."""
+    if isinstance(e, InputError | LayoutError):
+        return EXIT_USAGE
+    # CredentialsError lives in the Kubernetes adapter, which imports the client: an error can only be one once
+    # that module is loaded, so a command that never talks to a cluster never imports it here.
+    kube = sys.modules.get("migctl.adapters.kube.errors")
+    if kube is not None and isinstance(e, kube.CredentialsError):
+        return EXIT_USAGE
+    return EXIT_RUNTIME
+
+
+def fail_on(e: MigctlError) -> NoReturn:
+    fail(str(e), exit_code(e))
+
+
+class UsageError(click.UsageError):
+    """click's usage error, shown with migctl's `error: ` prefix (click writes `Error: `); the usage line and the
+    --help hint stay."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        if self.ctx is not None:
+            helps = self.ctx.command.get_help_option(self.ctx) is not None
+            hint = f"Try '{self.ctx.command_path} --help' for help.\n" if helps else ""
+            click.echo(f"{self.ctx.get_usage()}\n{hint}", file=file, err=True)
+        click.echo(f"error: {self.format_message()}", file=file, err=True)
+
+
+def _usage(e: click.UsageError, ctx: click.Context) -> click.UsageError:
+    if isinstance(e, UsageError | click.exceptions.NoArgsIsHelpError):
+        return e
+    return UsageError(e.format_message(), e.ctx or ctx)
+
+
+class _Ends:
+    """Bad options and migctl's own errors end as described at the top of this module (click's `Error: ` usage
+    errors included)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
+        except click.UsageError as e:
+            raise _usage(e, ctx) from e
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except click.UsageError as e:
+            raise _usage(e, ctx) from e
+        except MigctlError as e:
+            fail_on(e)
+
+
+class Command(_Ends, click.Command):
+    """A migctl command (`@click.command(cls=Command)`)."""
+
+
+class Group(_Ends, click.Group):
+    """A migctl command group; its subcommands are `Command`s."""
+
+    command_class = Command
 
 
 # A row of a long list whose rows share most of their keys: the object {**own, **shared}, where `shared` is one
@@ -70,6 +154,19 @@ def compact_json(data: Mapping[str, Any], rows: Mapping[str, Sequence[SharedRow]
                 encoded.append(f"{{{head}{', ' if head and hit[1] else ''}{hit[1]}}}")
         parts.append(f"{', ' if len(parts) > 1 or data else ''}{_encode(key)}: [{', '.join(encoded)}]")
     return "".join(parts) + "}"
+
+
+def emit(fmt: str, data: Any, rows: Mapping[str, Sequence[SharedRow]] | None = None) -> None:
+    """`data` (with `rows`, as `emit_json`) as JSON, or as YAML: the same document, read back from its JSON so
+    both carry exactly the same keys and values."""
+    if fmt == "yaml":
+        import yaml  # only here: every command imports this module
+
+        doc = json.loads(compact_json(data, rows or {}))
+        dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        click.echo(yaml.dump(doc, Dumper=dumper, sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        emit_json(data, rows)
 
 
 def _members(obj: Mapping[str, Any]) -> str | None:

@@ -13,10 +13,9 @@ from typing import Any
 import click
 
 from migctl.adapters.objects import snapshot_from_objects
-from migctl.cli.inputs import read_input
-from migctl.cli.output import OUTPUT_OPTION, SharedRow, emit_json, fail
+from migctl.cli.inputs import CONFIG_FROM_CLUSTER_OPTION, read_inputs
+from migctl.cli.output import FORMAT_OPTION, Command, SharedRow, emit, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
-from migctl.config import load_config
 from migctl.config.fallback import FallbackSettings
 from migctl.core.forecast.estimate import forecast
 from migctl.core.hardware.catalog import Catalog, load_catalog
@@ -35,11 +34,17 @@ def example_path() -> Path:
     return Path(str(resources.files("migctl.examples").joinpath(EXAMPLE)))
 
 
-@click.command("plan")
+@click.command("plan", cls=Command)
 @click.option("--snapshot", "snapshot_file", type=click.Path(path_type=Path), help="kubectl get -o yaml|json output.")
 @click.option("--example", is_flag=True, help="Plan the bundled example cluster (no cluster needed).")
 @click.option("--explain", is_flag=True, help="Say why each unplaced pod cannot be served.")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="migctl config file (YAML).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    help="migctl config file (YAML). Default: live, the controller's (--config-from-cluster); offline, the defaults.",
+)
+@CONFIG_FROM_CLUSTER_OPTION
 @click.option(
     "--evictions",
     type=click.Choice(["none", "lower-priority"]),
@@ -53,12 +58,13 @@ def example_path() -> Path:
 @click.option("--all-nodes", is_flag=True, help="Also list GPU nodes the plan leaves unchanged.")
 @click.option("--thorough", is_flag=True, help="Give the exact solver a larger work budget (slower, better plans).")
 @PROFILES_DIR_OPTION
-@OUTPUT_OPTION
+@FORMAT_OPTION
 def plan_command(
     snapshot_file: Path | None,
     example: bool,
     explain: bool,
     config_file: Path | None,
+    config_from_cluster: tuple[str, str] | None,
     evictions: str | None,
     allow_mig_mode_change: bool | None,
     kubeconfig: Path | None,
@@ -68,10 +74,16 @@ def plan_command(
     profiles_dirs: tuple[Path, ...],
     output: str,
 ) -> None:
-    """Plan MIG layouts for pending GPU pods and print the plan. Read-only: nothing in the cluster changes."""
+    """Plan MIG layouts for pending GPU pods and print the plan. Read-only: nothing in the cluster changes.
+
+    Against the live cluster it plans with the controller's own settings (its config ConfigMap) unless --config
+    is given; stderr says which. -o wide adds each instance's size and each unplaced pod's reason.
+    """
     if example and snapshot_file:
         fail("use either --example or --snapshot FILE, not both")
-    cfg = load_config(config_file)
+    path = example_path() if example else snapshot_file
+    inputs = read_inputs(path, kubeconfig, context, config_file, config_from_cluster, "example" if example else "")
+    cfg, objects, source = inputs.cfg, inputs.objects, inputs.source
     overrides: dict[str, Any] = {}
     if evictions is not None:
         overrides["evictions"] = evictions
@@ -82,19 +94,16 @@ def plan_command(
     settings = cfg.planner.model_copy(update=overrides)
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
     with _kept_for_the_run():
-        path = example_path() if example else snapshot_file
-        objects, source = read_input(path, kubeconfig, context, cfg.gpu_operator, "example" if example else "")
-        found = nothing_to_plan(objects)
-        if found:
-            click.echo(f"warning: {source}: {found}", err=True)
         snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
         result = make_plan(snapshot, settings)
+    warnings = plan_warnings(objects, source, result)
     fallback = fallback_section(objects, catalog, settings, cfg.fallback, snapshot)
     vram = vram_requests_section(objects, snapshot, settings, cfg.webhook)
-    if output == "json":
-        emit_json({**result.to_dict(), "fallback": fallback}, {"vram_requests": vram})
+    if output in ("json", "yaml"):
+        emit(output, {**result.to_dict(), "warnings": warnings, "fallback": fallback}, {"vram_requests": vram})
         return
-    click.echo(render_text(result, source, len(snapshot.nodes), explain, all_nodes))
+    wide = output == "wide"
+    click.echo(render_text(result, source, len(snapshot.nodes), explain or wide, all_nodes, warnings, wide))
     if explain:  # the forecast the plan's spare instances were chosen for (the planner computes the same)
         click.echo("\n" + "\n".join(forecast(snapshot, settings).describe()))
     if fallback["nodes"] or fallback["pending_pods"]:
@@ -104,6 +113,13 @@ def plan_command(
 
 
 _EXPECTED = "nothing to plan (expected Nodes and Pods, e.g. kubectl get nodes,pods,configmaps -A -o yaml)"
+
+
+def plan_warnings(objects: Sequence[Mapping[str, Any]], source: str, p: Plan) -> list[str]:
+    """Every warning of this plan, the one list both renderings print (text: `warning:` lines; JSON and YAML:
+    `warnings`): what the input lacks, then what the snapshot could not read."""
+    found = nothing_to_plan(objects)
+    return [*([f"{source}: {found}"] if found else []), *p.warnings]
 
 
 def nothing_to_plan(objects: Sequence[Mapping[str, Any]]) -> str:
@@ -144,8 +160,17 @@ def _cfg(c: GpuConfig) -> str:
     return describe(c.layout) if c.mig_enabled else "MIG disabled"
 
 
-def render_text(p: Plan, source: str, n_nodes: int, explain: bool, all_nodes: bool) -> str:
-    """The human form of a plan: per node and GPU, current -> target, who each instance serves."""
+def render_text(
+    p: Plan,
+    source: str,
+    n_nodes: int,
+    explain: bool,
+    all_nodes: bool,
+    warnings: Sequence[str] | None = None,
+    wide: bool = False,
+) -> str:
+    """The human form of a plan: per node and GPU, current -> target, who each instance serves; `wide` adds each
+    instance's size. `warnings`: the plan's own when None (`plan_warnings` adds the input's)."""
     s = p.summary
     lines = [f"migctl plan: {source}, {n_nodes} GPU nodes, {s.pending_pods} pending GPU pods (dry run)", ""]
     by_node: dict[str, list[Any]] = {}
@@ -167,7 +192,10 @@ def render_text(p: Plan, source: str, n_nodes: int, explain: bool, all_nodes: bo
                 lines.append(f"  gpu {g.index}: {_cfg(g.current)} (unchanged)")
             for a in by_node.get(n.name, []):
                 if a.gpu == g.index:
-                    lines.append(f"      {a.pod:<32} {a.profile:<10} need {a.need_mib} MiB, waste {a.waste_mib} MiB")
+                    size = f"instance {a.instance_mib} MiB, " if wide else ""
+                    lines.append(
+                        f"      {a.pod:<32} {a.profile:<10} {size}need {a.need_mib} MiB, waste {a.waste_mib} MiB"
+                    )
         for a in by_node.get(n.name, []):
             if a.gpu is None:
                 lines.append(f"  any gpu: {a.pod:<30} {a.profile:<10} (existing free instance)")
@@ -183,7 +211,7 @@ def render_text(p: Plan, source: str, n_nodes: int, explain: bool, all_nodes: bo
         if not explain:
             lines.append("  (add --explain for the reasons)")
         lines.append("")
-    for w in p.warnings:
+    for w in p.warnings if warnings is None else warnings:
         lines.append(f"warning: {w}")
     lines.append(
         f"summary: placed {s.pods_placed}/{s.pending_pods} pods; {s.gpus_reconfigured} GPUs on "

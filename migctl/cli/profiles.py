@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from migctl.cli.output import OUTPUT_OPTION, emit_json, fail, table
+from migctl.cli.output import OUTPUT_OPTION, Group, emit_json, fail, table
 from migctl.core.hardware.catalog import Catalog, GpuModel, default_profiles_dir, load_catalog
 from migctl.core.hardware.geometry import describe, geometry
 from migctl.core.hardware.naming import resource_name
@@ -32,7 +32,7 @@ def _model(catalog: Catalog, model_id: str) -> GpuModel:
         fail(str(e.args[0]))
 
 
-@click.group()
+@click.group(cls=Group)
 def profiles() -> None:
     """Inspect and validate the MIG profile catalog."""
 

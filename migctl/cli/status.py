@@ -5,13 +5,17 @@ model and per-GPU layout from the planner's snapshot (`adapters.objects`: the `m
 node agent's inventory, else the mig-parted config the label names), the phase from the controller's strict decoder
 of its phase annotations (`controller.nodestate.read_state`), and on in-place nodes the agent's answer
 (`wire.inplace.decode_status`).
+
+Shaped like `kubectl get`: NODE arguments and `-l` pick nodes, `-o wide` adds columns, `-o json|yaml` gives machine
+values (`to_json`: RFC 3339 times, profile counts), the table the display strings.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +23,15 @@ import click
 
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.adapters.pods import meta_of
-from migctl.cli.inputs import read_input
-from migctl.cli.output import OUTPUT_OPTION, emit_json, table
+from migctl.cli.inputs import CONFIG_FROM_CLUSTER_OPTION, read_inputs
+from migctl.cli.output import EXIT_RUNTIME, FORMAT_OPTION, Command, emit, table
 from migctl.cli.profiles import PROFILES_DIR_OPTION
-from migctl.config import load_config
-from migctl.controller.nodestate import PHASE_ANNOTATIONS, read_state
+from migctl.config.selector import LabelSelector
 from migctl.core.hardware.catalog import load_catalog
 from migctl.core.hardware.geometry import describe
 from migctl.core.model.cluster import Node, Snapshot
 from migctl.core.model.gpu_config import GpuConfig
+from migctl.reconcile.nodestate import PHASE_ANNOTATIONS, read_state
 from migctl.wire import inplace
 from migctl.wire.names import ACTUATION, GPU_PRODUCT, IN_PLACE, IN_PLACE_STATUS, LAST_ERROR
 
@@ -35,6 +39,7 @@ STOCK = "mig-manager"  # the actuation path of a node without the label (the GPU
 NONE = "<none>"  # what `kubectl get` prints for an empty cell
 ERROR_WIDTH = 60  # the text table's last-error column; -o json has it whole
 HEADERS = ("NODE", "MODELS", "ACTUATION", "LAYOUT", "PHASE", "SINCE", "LAST-ERROR")
+WIDE_HEADERS = (*HEADERS[:-1], "GPUS", "AGENT", "FROZEN", "LAST-ERROR")  # -o wide; LAST-ERROR whole, last
 
 
 @dataclass(frozen=True)
@@ -44,14 +49,37 @@ class NodeStatus:
     node: str
     models: list[str]
     actuation: str
-    gpus: list[dict[str, Any]]  # [{"index": 0, "layout": "3g.40gb + 4g.40gb"}]; empty when unknown
+    gpus: list[dict[str, Any]]  # [{"index": 0, "mig_enabled": True, "instances": {"3g.40gb": 1}}]; [] if unknown
     target: list[dict[str, Any]] | None  # the GPUs an in-flight change is reaching, same shape (None: no change)
     phase: str | None  # the controller's phase while it changes the node, else None
-    phase_since: float | None  # Unix seconds
+    phase_since: float | None  # Unix seconds (RFC 3339 in -o json)
     phase_problem: str  # why a phase annotation is unreadable ("" when all are readable)
     last_error: str | None
     frozen: str  # why the planner leaves the node alone now ("" when it may change it)
     in_place_status: dict[str, Any] | None  # the agent's last answer on an in-place node
+
+    def to_json(self) -> dict[str, Any]:
+        """The `-o json` row: machine values only (no display strings, times in RFC 3339)."""
+        return {
+            "node": self.node,
+            "models": self.models,
+            "actuation": self.actuation,
+            "gpus": self.gpus,
+            "target": self.target,
+            "phase": self.phase,
+            "phase_since": rfc3339(self.phase_since),
+            "phase_problem": self.phase_problem,
+            "last_error": self.last_error,
+            "frozen": self.frozen,
+            "in_place_status": self.in_place_status,
+        }
+
+
+def rfc3339(seconds: float | None) -> str | None:
+    """Unix seconds as Kubernetes writes a time (metav1.Time: UTC, whole seconds, `Z`)."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def gpu_layout(config: GpuConfig) -> str:
@@ -59,7 +87,19 @@ def gpu_layout(config: GpuConfig) -> str:
 
 
 def _layouts(gpus: Mapping[int, GpuConfig]) -> list[dict[str, Any]]:
-    return [{"index": i, "layout": gpu_layout(gpus[i])} for i in sorted(gpus)]
+    """Per GPU, as the plan JSON gives a layout: MIG on or off, and profile -> count ({} when off)."""
+    return [
+        {
+            "index": i,
+            "mig_enabled": gpus[i].mig_enabled,
+            "instances": dict(gpus[i].layout) if gpus[i].mig_enabled else {},
+        }
+        for i in sorted(gpus)
+    ]
+
+
+def _text(gpu: Mapping[str, Any]) -> str:
+    return describe(gpu["instances"]) if gpu["mig_enabled"] else "MIG disabled"
 
 
 def _models(node: Node) -> list[str]:
@@ -115,9 +155,16 @@ def node_status(obj: Mapping[str, Any], node: Node | None, now: float, problem: 
     )
 
 
-def statuses(objects: Iterable[Mapping[str, Any]], snapshot: Snapshot, now: float) -> list[NodeStatus]:
+def statuses(
+    objects: Iterable[Mapping[str, Any]],
+    snapshot: Snapshot,
+    now: float,
+    names: Sequence[str] = (),
+    selector: LabelSelector | None = None,
+) -> list[NodeStatus]:
     """Every GPU node of the snapshot, and every other node that carries migctl's phase or last-error annotations
-    (a node the snapshot skipped, e.g. for a bad label, may still be mid-change), sorted by name."""
+    (a node the snapshot skipped, e.g. for a bad label, may still be mid-change), sorted by name; only those in
+    `names` (when given) whose labels match `selector` (when given)."""
     nodes = {n.name: n for n in snapshot.nodes}
     problems = {name: what for kind, name, what in snapshot.problems if kind == "Node"}
     out: dict[str, NodeStatus] = {}
@@ -126,6 +173,8 @@ def statuses(objects: Iterable[Mapping[str, Any]], snapshot: Snapshot, now: floa
             continue
         meta = meta_of(obj)
         name = str(meta.get("name") or "")
+        if (names and name not in names) or (selector is not None and not selector.matches(_map(meta, "labels"))):
+            continue
         ours = any(k in _map(meta, "annotations") for k in (*PHASE_ANNOTATIONS, LAST_ERROR))
         if name in nodes or ours:
             out[name] = node_status(obj, nodes.get(name), now, problems.get(name, ""))
@@ -145,12 +194,12 @@ def age(seconds: float) -> str:
 
 
 def layout_cell(gpus: Sequence[Mapping[str, Any]]) -> str:
-    """Per GPU, runs of consecutive GPUs with one layout folded: `0-6:1g.10gb×7;7:7g.80gb`."""
+    """Per GPU, runs of consecutive GPUs with one layout folded: `0-6:7×1g.10gb;7:7g.80gb`."""
     if not gpus:
         return "unknown"
     runs: list[tuple[int, int, str]] = []
     for g in gpus:
-        index, text = int(g["index"]), str(g["layout"]).replace(" ", "")
+        index, text = int(g["index"]), _text(g).replace(" ", "")
         if runs and runs[-1][2] == text and runs[-1][1] == index - 1:
             runs[-1] = (runs[-1][0], index, text)
         else:
@@ -163,19 +212,54 @@ def _cut(text: str, width: int) -> str:
     return one_line if len(one_line) <= width else one_line[: width - 3] + "..."
 
 
-def render_table(rows: Sequence[NodeStatus], now: float) -> str:
-    cells = []
+def render_table(rows: Sequence[NodeStatus], now: float, wide: bool = False) -> str:
+    """kubectl get's table; `wide` adds the GPU count, the in-place agent's state, why the planner leaves the
+    node alone, and the last error uncut."""
+    cells: list[tuple[str, ...]] = []
     for r in rows:
         phase = NONE if r.phase is None else (r.phase or "?") + (" (unreadable)" if r.phase_problem else "")
         since = NONE if r.phase_since is None else age(now - r.phase_since)
-        error = NONE if not r.last_error else _cut(r.last_error, ERROR_WIDTH)
+        error = NONE if not r.last_error else _cut(r.last_error, 10**6 if wide else ERROR_WIDTH)
         models = ",".join(m.replace(" ", "-") for m in r.models) or "?"  # a cell has no spaces
         layout = layout_cell(r.gpus) + (f"->{layout_cell(r.target)}" if r.target else "")
-        cells.append((r.node, models, r.actuation, layout, phase, since, error))
-    return table(HEADERS, cells)
+        head = (r.node, models, r.actuation, layout, phase, since)
+        if not wide:
+            cells.append((*head, error))
+            continue
+        agent = NONE if not r.in_place_status else str(r.in_place_status.get("state") or "unreadable")
+        frozen = _cut(r.frozen, ERROR_WIDTH) if r.frozen else NONE
+        cells.append((*head, str(len(r.gpus)), agent, frozen, error))
+    return table(WIDE_HEADERS if wide else HEADERS, cells)
 
 
-@click.command("status")
+def parse_selector(
+    _ctx: click.Context | None, _param: click.Parameter | None, value: str | None
+) -> LabelSelector | None:
+    """`-l`: equality-based (`a=b,c!=d,e,!f`), as config/selector.py reads them; set-based terms are refused."""
+    if value is None:
+        return None
+    if "(" in value or any(f" {op} " in f" {t.strip()} " for t in value.split(",") for op in ("in", "notin")):
+        raise click.BadParameter(
+            f"{value!r}: set-based selectors (in, notin) are not supported; use key=value, key!=value, key or !key, "
+            "comma-separated"
+        )
+    try:
+        selector = LabelSelector.parse(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    if selector.empty:
+        raise click.BadParameter("an empty selector; expected key=value, key!=value, key or !key")
+    return selector
+
+
+@click.command("status", cls=Command)
+@click.argument("names", metavar="[NODE]...", nargs=-1)
+@click.option(
+    "--selector",
+    "-l",
+    callback=parse_selector,
+    help="Only nodes whose labels match (equality-based, as kubectl -l: a=b,c!=d,e,!f).",
+)
 @click.option("--kubeconfig", type=click.Path(path_type=Path), help="Default: in-cluster, then KUBECONFIG or "
               "~/.kube/config.")  # fmt: skip
 @click.option("--context", help="kubeconfig context.")
@@ -185,26 +269,43 @@ def render_table(rows: Sequence[NodeStatus], now: float) -> str:
     type=click.Path(path_type=Path),
     help="Read `kubectl get nodes,pods,configmaps -A -o yaml` output instead of the cluster.",
 )
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="migctl config file (YAML).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    help="migctl config file (YAML). Default: live, the controller's (--config-from-cluster); offline, the defaults.",
+)
+@CONFIG_FROM_CLUSTER_OPTION
 @PROFILES_DIR_OPTION
-@OUTPUT_OPTION
+@FORMAT_OPTION
 def status_command(
+    names: tuple[str, ...],
+    selector: LabelSelector | None,
     kubeconfig: Path | None,
     context: str | None,
     snapshot_file: Path | None,
     config_file: Path | None,
+    config_from_cluster: tuple[str, str] | None,
     profiles_dirs: tuple[Path, ...],
     output: str,
 ) -> None:
     """One line per GPU node: models, actuation path, layout per GPU (`->` the layout a change in flight is
-    reaching), phase and since when, last error. Read-only."""
-    cfg = load_config(config_file)
+    reaching), phase and since when, last error. Read-only. NODE names and -l pick nodes; a NODE that is not
+    listed is an error (exit 1) after the others are shown."""
+    if names and selector is not None:
+        raise click.UsageError("name cannot be provided when a selector is specified (as kubectl get says)")
+    inputs = read_inputs(snapshot_file, kubeconfig, context, config_file, config_from_cluster)
+    cfg, objects, source = inputs.cfg, inputs.objects, inputs.source
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
-    objects, source = read_input(snapshot_file, kubeconfig, context, cfg.gpu_operator)
     snapshot = snapshot_from_objects(objects, catalog, cfg.planner, cfg.gpu_operator, source)
     now = time.time()
-    rows = statuses(objects, snapshot, now)
-    if output == "json":
-        emit_json({"source": source, "time": now, "nodes": [asdict(r) for r in rows]})
-        return
-    click.echo(render_table(rows, now) if rows else "No GPU nodes found.")
+    rows = statuses(objects, snapshot, now, names, selector)
+    if output in ("json", "yaml"):
+        emit(output, {"source": source, "time": rfc3339(now), "nodes": [r.to_json() for r in rows]})
+    else:
+        click.echo(render_table(rows, now, output == "wide") if rows else "No GPU nodes found.")
+    missing = [n for n in dict.fromkeys(names) if n not in {r.node for r in rows}]
+    for name in missing:
+        click.echo(f'error: node "{name}" not found (not a GPU node, nor one migctl annotated)', err=True)
+    if missing:
+        raise SystemExit(EXIT_RUNTIME)

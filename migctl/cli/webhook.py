@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 import click
 
-from migctl.cli.output import stop_on_signals
+from migctl.cli.output import Command, stop_on_signals
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import Config, load_config
+from migctl.config.cluster import in_pod_lease, with_lease
 from migctl.config.webhook import WebhookSettings
+from migctl.logsetup import setup_logging
 
 
-@click.command("webhook")
+@click.command("webhook", cls=Command)
 @click.option(
     "--config", "config_file", type=click.Path(path_type=Path), help="migctl config file (`webhook:`, `planner:`)."
 )
@@ -33,11 +34,12 @@ def webhook_command(
     from migctl.adapters.kube import api_client
     from migctl.core.hardware.catalog import load_catalog
     from migctl.webhook.app import Webhook
+    from migctl.webhook.server import serve_metrics
 
     cfg, settings = load_webhook_config(config_file)
     if port is not None:
         settings = settings.model_copy(update={"port": port})
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(cfg.controller.log_format, cfg.controller.log_level)
     app = Webhook(
         api_client(str(kubeconfig) if kubeconfig else None, context),
         load_catalog([*cfg.profiles_dirs, *profiles_dirs]),
@@ -46,13 +48,19 @@ def webhook_command(
         cfg.gpu_operator,
         cfg.controller,
     )
+    if settings.metrics_port is not None:
+        serve_metrics(settings.address, settings.metrics_port, lambda: app.server, app.view.ready.is_set)
     stop = stop_on_signals()
     app.serve(stop)
 
 
 def load_webhook_config(path: Path | None) -> tuple[Config, WebhookSettings]:
-    """The shared config and its `webhook:` section (file, then `MIGCTL_WEBHOOK__*` environment overrides)."""
-    cfg = load_config(path)
+    """The shared config and its `webhook:` section (file, then `MIGCTL_WEBHOOK__*` environment overrides). The
+    controller's Lease (the queue gate reads it) in this pod's namespace when the config leaves it empty, as the
+    controller's own is (config/cluster.py); out of a pod, in webhook.namespace."""
+    cfg = in_pod_lease(load_config(path))
+    if not cfg.controller.leader_election.lease_namespace:
+        cfg = with_lease(cfg, cfg.webhook.namespace)
     return cfg, cfg.webhook
 
 

@@ -18,7 +18,7 @@ class AgentSettings(BaseModel):
     backoff_initial_seconds: float = Field(5.0, gt=0, description="First retry delay after an NVML failure.")
     backoff_max_seconds: float = Field(300.0, gt=0, description="Longest retry delay while NVML keeps failing.")
     health_port: int | None = Field(
-        8081, ge=0, le=65535, description="Serve /healthz and /readyz here (None: no HTTP server)."
+        8081, ge=0, le=65535, description="Serve /metrics, /healthz and /readyz here (None: no HTTP server)."
     )
     node_name_env: str = Field("NODE_NAME", description="Env var holding the Node name (downward API spec.nodeName).")
     in_place: bool = Field(
@@ -41,10 +41,12 @@ class AgentSettings(BaseModel):
         "nvidia.com/device-plugin.config label between them to make the plugin re-enumerate.",
     )
     caps_command: tuple[str, ...] = Field(
-        ("chroot", "/host", "nvidia-smi"),
-        min_length=1,
+        (),
         description="Run after creating instances, to create their /dev/nvidia-caps device nodes on the host "
-        "(as mig-manager does: nvidia-smi inside the host's root file system).",
+        "(as mig-manager does: nvidia-smi inside the host's root file system). Empty: `chroot /host nvidia-smi` "
+        "when /host holds nvidia-smi (the in-place DaemonSet mounts the host's / there), else `nvidia-smi` from "
+        "PATH (`migctl agent apply` on the host itself). Checked before any change: a command that cannot run "
+        "stops the apply with nothing changed.",
     )
     destroy_attempts: int = Field(5, ge=1, le=50, description="Tries of a destroy that NVML refuses with IN_USE.")
     destroy_backoff_seconds: float = Field(0.5, gt=0, description="First wait between those tries (doubling).")

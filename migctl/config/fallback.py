@@ -26,6 +26,9 @@ class FallbackSettings(BaseModel):
     interval_seconds: float = Field(
         10.0, gt=0, description="Full resync (capacity and pending pods) at least this often."
     )
+    metrics_port: int | None = Field(
+        8080, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (0: any free port; null: off)."
+    )
 
     @field_validator("unit")
     @classmethod

@@ -59,6 +59,9 @@ class WebhookSettings(BaseModel):
 
     address: str = Field("0.0.0.0", description="Address the HTTPS server binds.")
     port: int = Field(8443, ge=0, le=65535, description="HTTPS port (0: any free port).")
+    metrics_port: int | None = Field(
+        8080, ge=0, le=65535, description="Plain HTTP: /metrics, /healthz, /readyz (0: any free port; null: off)."
+    )
     path: str = Field("/mutate", description="URL path of the admission endpoint.")
     namespace: str = Field(
         "gpu-operator", description="Namespace the webhook runs in (its Service and Secret); env POD_NAMESPACE wins."

@@ -1,37 +1,58 @@
-"""Prometheus metrics and the /metrics, /healthz, /readyz endpoints (one small threaded HTTP server).
+"""The controller's Prometheus metrics; served with /healthz and /readyz by the shared server (adapters/telemetry.py).
 
 Each controller has its own registry, so several controllers in one process (the tests) never collide.
 /healthz: the process and its loop are alive. /readyz: the caches have synced (a follower is ready too: it is
 a hot standby) and the last `controller.unready_after_failed_reconciles` reconciles did not all fail.
+
+Memory is exported in bytes (Prometheus' base unit), although the planner counts MiB: the three memory gauges take
+MiB (`.set(mib)`, as the planner reports) and export bytes. Their MiB names (`migctl_stranded_mib`, ...) were dropped
+in the same release, not kept as duplicates: docs/metrics.md, "Renamed metrics", says why and how to migrate.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from migctl.adapters.telemetry import MIB, Counter, Gauge, Histogram, MetricsServer, registry, render
+
+__all__ = ["Metrics", "MetricsServer"]
+
+
+class BytesGauge:
+    """A gauge set in MiB and exported in bytes: `.set(mib)`, `.labels(...).set(mib)`, `.clear()`."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+
+    def set(self, mib: float) -> None:
+        self.gauge.set(mib * MIB)
+
+    def labels(self, *values: Any) -> BytesGauge:
+        return BytesGauge(self.gauge.labels(*values))
+
+    def clear(self) -> None:
+        self.gauge.clear()
 
 
 class Metrics:
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        self.pending_demand = Gauge(
-            "migctl_pending_vram_demand_mib",
-            "VRAM (MiB, instance size) pending GPU pods ask for, by the GPU model the plan serves them with "
+        r = self.registry = registry("controller")
+        self.pending_demand = BytesGauge(Gauge(
+            "migctl_pending_vram_demand_bytes",
+            "GPU memory (bytes, instance size) pending GPU pods ask for, by the GPU model the plan serves them with "
             "(`unplaced` when no plan serves them)",
             ["model"],
             registry=r,
-        )
+        ))  # fmt: skip
         self.pending_pods = Gauge("migctl_pending_gpu_pods", "Pending pods with GPU demand", registry=r)
-        self.stranded = Gauge(
-            "migctl_stranded_mib", "Stranded GPU memory now (internal waste of running pods + unusable)", registry=r
-        )
-        self.stranded_node = Gauge(
-            "migctl_node_unusable_mib", "Memory no MIG instance can use, per node (current layouts)", ["node"],
+        self.stranded = BytesGauge(Gauge(
+            "migctl_stranded_bytes", "Stranded GPU memory now, bytes (internal waste of running pods + unusable)",
             registry=r,
-        )  # fmt: skip
+        ))  # fmt: skip
+        self.stranded_node = BytesGauge(Gauge(
+            "migctl_node_unusable_bytes", "GPU memory no MIG instance can use, bytes, per node (current layouts)",
+            ["node"], registry=r,
+        ))  # fmt: skip
         self.plans = Counter("migctl_plans", "Plans computed", registry=r)
         self.plan_seconds = Histogram(
             "migctl_plan_seconds", "Time to build the snapshot and plan",
@@ -97,49 +118,4 @@ class Metrics:
         )
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
-
-
-class MetricsServer:
-    """Serves /metrics, /healthz and /readyz on a background thread."""
-
-    def __init__(
-        self, metrics: Metrics, address: str, port: int, healthy: Callable[[], bool], ready: Callable[[], bool]
-    ) -> None:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.startswith("/metrics"):
-                    self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
-                elif self.path.startswith("/healthz"):
-                    ok = healthy()
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
-                elif self.path.startswith("/readyz"):
-                    ok = ready()
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
-                else:
-                    self._send(404, b"not found\n")
-
-            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((address, port), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, name="metrics-http", daemon=True)
-        _ = outer
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return render(self.registry)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from migctl.adapters.events import event_body
@@ -24,6 +25,7 @@ from migctl.core.model.settings import PlannerSettings
 from migctl.core.vram.fit import VramPlacement, fit
 from migctl.fallback.advertiser import Advertiser
 from migctl.fallback.capacity import fallback_view
+from migctl.fallback.metrics import FallbackMetrics
 from migctl.wire.values import gpu_placement
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ class FallbackScheduler:
         self.planner = planner or PlannerSettings()
         self.advertiser = Advertiser(self.kube, catalog, self.settings) if advertise else None
         self._reported: dict[str, str] = {}  # pod uid -> last reason reported, so events are not repeated
+        self.metrics = FallbackMetrics()
 
     def run_once(self) -> RunResult:
         node_objs = self.kube.list_nodes()
@@ -115,12 +118,18 @@ class FallbackScheduler:
         """Pass after pass until `stop`: each pass waits for a pending-pod event or the resync interval."""
         selector = f"spec.schedulerName={self.settings.scheduler_name},spec.nodeName="
         while not stop.is_set():
+            started = time.monotonic()
             try:
-                rv = self.run_once().resource_version
+                result = self.run_once()
             except KubeError as e:
                 log.error("fallback pass failed: %s; retrying", e)
+                self.metrics.failed(time.monotonic() - started, str(e))
                 stop.wait(self.settings.interval_seconds)
                 continue
+            self.metrics.passed(
+                time.monotonic() - started, len(result.bound), len(result.unplaced), len(result.capacity_changes)
+            )
+            rv = result.resource_version
             try:  # something changed among pending migctl pods: run a pass now
                 self.kube.wait_for_pods(selector, rv, self.settings.interval_seconds)
             except KubeError as e:

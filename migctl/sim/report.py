@@ -1,7 +1,8 @@
-"""Terminal table and PNG plots for a scenario (matplotlib is optional: the `sim` extra)."""
+"""Terminal table, CSV files and PNG plots for a scenario (matplotlib is optional: the `sim` extra)."""
 
 from __future__ import annotations
 
+import csv
 import math
 import warnings
 from pathlib import Path
@@ -9,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from migctl.sim.scenario import Scenario
+from migctl.sim.names import ALL_POLICIES
+from migctl.sim.scenario import METRICS, Scenario
 
 COLUMNS = (
     ("alloc_pct", "alloc%"),
@@ -42,6 +44,27 @@ LEGEND = (
     "(oracle): reads the whole trace in advance; cont-*: fractional sharing without MIG (FGD paper), a reference",
 )
 ORACLES = frozenset({"static-best-mix", "fgd-mig"})
+
+
+# One colour and one line style per policy, the same in every plot (keyed by the policy's place in ALL_POLICIES):
+# the Tableau 20 palette (matplotlib's tab20), its ten strong colours first, and dash patterns no two share, so
+# curves that lie on top of one another can still be told apart, also in greyscale.
+COLOURS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+)  # fmt: skip
+DASHES: tuple[str | tuple[int, tuple[int, ...]], ...] = (
+    "-", (0, (6, 2)), (0, (2, 2)), (0, (6, 2, 1, 2)), (0, (10, 3)), (0, (1, 1)), (0, (8, 2, 2, 2, 2, 2)),
+    (0, (4, 1, 1, 1, 1, 1)), (0, (12, 2, 4, 2)), (0, (3, 4)), (0, (6, 1, 1, 1)), (0, (2, 1)),
+    (0, (9, 2, 1, 2, 1, 2)), (0, (5, 5)), (0, (1, 3)), (0, (14, 3)), (0, (3, 1, 3, 4)), (0, (7, 1)),
+    (0, (1, 2, 5, 2)), (0, (4, 4, 1, 4)),
+)  # fmt: skip
+
+
+def policy_style(policy: str) -> dict[str, Any]:
+    """matplotlib keyword arguments (colour, line style) of this policy's curves."""
+    i = ALL_POLICIES.index(policy) if policy in ALL_POLICIES else len(ALL_POLICIES) + sum(map(ord, policy))
+    return {"color": COLOURS[i % len(COLOURS)], "linestyle": DASHES[i % len(DASHES)]}
 
 
 def label(policy: str) -> str:
@@ -94,10 +117,10 @@ def plot(sc: Scenario, out_dir: Path) -> list[Path]:
         return _plot_time(sc, out_dir, plt)
     grid = np.linspace(0, 140, 141)
     paths = []
-    for idx, (label, fname) in enumerate(
+    for idx, (ylabel, fname) in enumerate(
         (("allocated VRAM, % of cluster memory", "alloc"), ("stranded (internal + unusable), %", "stranded"))
     ):
-        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=90)
+        fig, ax = plt.subplots(figsize=(8.0, 4.0), dpi=90)
         for policy in sc.policies:
             curves = sc.curves.get(policy, [])
             ys = []
@@ -110,21 +133,26 @@ def plot(sc: Scenario, out_dir: Path) -> list[Path]:
                 with warnings.catch_warnings():  # grid points beyond a run's last sample are NaN
                     warnings.simplefilter("ignore", RuntimeWarning)
                     mean = np.nanmean(np.array(ys), axis=0)
-                ax.plot(grid, mean, label=policy, linewidth=1.2)
+                ax.plot(grid, mean, label=label(policy), linewidth=1.3, **policy_style(policy))
         ax.set_xlabel("arrived workload, % of cluster memory")
-        ax.set_ylabel(label)
+        ax.set_ylabel(ylabel)
         ax.set_title(f"{sc.workload} on {sc.cluster.name} ({sc.model.id})", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / f"{_stem(sc)}-{fname}.png"
-        fig.savefig(path)
+        _finish(ax)
+        path = out_dir / f"{stem(sc)}-{fname}.png"
+        fig.savefig(path, bbox_inches="tight")
         plt.close(fig)
         paths.append(path)
     return paths
 
 
-def _stem(sc: Scenario) -> str:
+def _finish(ax: Any) -> None:
+    """Grid, and the legend outside the axes, to the right: inside it covered the curves' rising part."""
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, handlelength=3.5)
+
+
+def stem(sc: Scenario) -> str:
+    """The file name every output of this scenario starts with (plots, CSV, JSON)."""
     base = f"{sc.workload}-{sc.cluster.name.replace('/', '_')}-{sc.model.id}"
     return base if not sc.timelines else f"{base}-r{sc.reconfig_s:g}-a{sc.readvertise_s:g}"
 
@@ -138,7 +166,7 @@ def _plot_time(sc: Scenario, out_dir: Path, plt: Any) -> list[Path]:
         ("queued", "pods queued (pending or waiting for a reconfiguration)", "queue"),
         ("running_pct", "allocated VRAM (running pods), % of cluster memory", "allocated"),
     ):
-        fig, ax = plt.subplots(figsize=(7.2, 4.0), dpi=90)
+        fig, ax = plt.subplots(figsize=(8.8, 4.0), dpi=90)
         for policy in sc.policies:
             ys = []
             for tl in sc.timelines.get(policy, []):
@@ -148,17 +176,59 @@ def _plot_time(sc: Scenario, out_dir: Path, plt: Any) -> list[Path]:
                 vals = np.array(getattr(tl, what), dtype=np.float64)
                 ys.append(np.where(idx >= 0, vals[np.clip(idx, 0, None)], 0.0))
             if ys:
-                ax.plot(grid / 3600.0, np.mean(np.array(ys), axis=0), label=label(policy), linewidth=1.1)
+                mean = np.mean(np.array(ys), axis=0)
+                ax.plot(grid / 3600.0, mean, label=label(policy), linewidth=1.2, **policy_style(policy))
         ax.set_xlabel("time, hours")
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_title(
             f"{sc.workload} on {sc.cluster.name} ({sc.model.id}), reconfiguration {sc.timing.describe()}", fontsize=8
         )
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / f"{_stem(sc)}-{fname}.png"
-        fig.savefig(path)
+        _finish(ax)
+        path = out_dir / f"{stem(sc)}-{fname}.png"
+        fig.savefig(path, bbox_inches="tight")
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+# -- CSV ----------------------------------------------------------------------------------------------------
+
+SERIES_COLUMNS = ("policy", "seed", "sample", "arrived_pct", "alloc_pct", "stranded_pct", "time_s", "queued",
+                  "running_pct")  # fmt: skip
+
+
+def _num(value: float | int | None) -> str:
+    """A CSV cell: empty for an unknown (NaN) value, else the number as Python writes it."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def write_csv(sc: Scenario, out_dir: Path) -> list[Path]:
+    """STEM-summary.csv: one row per policy, each metric's mean and std over the seeds (the table, unrounded).
+    STEM-series.csv: one row per policy, seed and sample: arrived, allocated and stranded memory (% of cluster
+    memory, the no-departure plots), and with departures the time, pods queued and running VRAM % (the plots
+    over time); a cell is empty where the run has no such value."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary, series = out_dir / f"{stem(sc)}-summary.csv", out_dir / f"{stem(sc)}-series.csv"
+    table = sc.table()
+    with summary.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", "seeds", *(f"{m}_{x}" for m in METRICS for x in ("mean", "std"))])
+        for policy in sc.policies:
+            if policy in table:
+                cells = [_num(v) for m in METRICS for v in table[policy][m]]
+                w.writerow([policy, len(sc.runs.get(policy, [])), *cells])
+    with series.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(SERIES_COLUMNS)
+        for policy in sc.policies:
+            timelines = sc.timelines.get(policy, [])
+            for k, (arrived, alloc, stranded) in enumerate(sc.curves.get(policy, [])):
+                tl = timelines[k] if k < len(timelines) else None
+                for i in range(len(arrived)):
+                    timed = tl is not None and i < len(tl.t)
+                    over_time = [tl.t[i], tl.queued[i], tl.running_pct[i]] if tl is not None and timed else ["", "", ""]
+                    row = [arrived[i], alloc[i], stranded[i], *over_time]
+                    w.writerow([policy, sc.seeds[k], i, *(c if c == "" else _num(c) for c in row)])
+    return [summary, series]

@@ -44,6 +44,8 @@ def simulate(
     layout every GPU starts with when `policy` is a Policy object (a name brings its own);
     `planner` and `controller` are the settings a named migctl policy runs with (defaults when None); `in_place`
     the timing of `migctl-inplace`'s changes (`InPlaceTime`: NVML operations, re-advertise window)."""
+    if batch < 1:  # without departures each round takes up to `batch` arrivals: 0 would never take one
+        raise ValueError(f"batch must be >= 1 (arrivals per planning round), got {batch}")
     timing = reconfig or (ReconfigTime(reconfig_s, 0.0) if reconfig_s is not None else ReconfigTime())
     jobs = sorted(jobs, key=lambda j: j.arrival)  # job id = arrival rank (pod names and tie-breaks follow it)
     if isinstance(policy, str):

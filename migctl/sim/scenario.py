@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,8 @@ class Scenario:
     def in_place(self) -> InPlaceTime:
         return InPlaceTime(self.readvertise_s)
 
-    def run(self) -> None:
+    def run(self, on_run: Callable[[str, int], None] | None = None) -> None:
+        """Every policy on every seed; `on_run(policy, seed)` after each run (the CLI's progress bar)."""
         for seed in self.seeds:
             for policy in self.policies:
                 metrics, curve, timeline = self._one(policy, seed)
@@ -157,6 +158,8 @@ class Scenario:
                 self.curves.setdefault(policy, []).append(curve)
                 if timeline is not None:
                     self.timelines.setdefault(policy, []).append(timeline)
+                if on_run is not None:
+                    on_run(policy, seed)
 
     def _one(
         self, policy: str, seed: int

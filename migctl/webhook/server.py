@@ -7,6 +7,10 @@ accept loop); beyond that, new connections wait in the listen backlog until a wo
 times out after `io_timeout_s` (an idle kept-alive connection is closed then), and a request that has not been
 answered `request_timeout_s` after the connection began waiting for it is cut off, so a client trickling bytes
 cannot hold a worker for long.
+
+Each server has its own metrics (`WebhookServerMetrics`: admissions by HTTP status, their latency, connections open
+and cut off, readiness), served on the plain-HTTP metrics port by `serve_metrics`, away from the admission traffic
+and its connection limit.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from migctl.adapters.telemetry import Counter, Gauge, Histogram, MetricsServer, registry, render
+
 log = logging.getLogger(__name__)
 MAX_BODY = 3 * 1024 * 1024  # the API server sends at most a few MiB (objects are capped at 1.5 MiB in etcd)
 MAX_CONNECTIONS = 64  # the API server keeps a few connections per replica alive; far more is a misbehaving client
@@ -31,6 +37,36 @@ IO_TIMEOUT_S = 10.0  # one read or write; also how long an idle kept-alive conne
 REQUEST_TIMEOUT_S = 30.0  # the API server gives up after timeoutSeconds (at most 30 s) anyway
 
 Handler = Callable[[Any], dict[str, Any]]  # parsed JSON body -> response body; ValueError -> 400
+
+
+class WebhookServerMetrics:
+    """What the API server's calls look like from the webhook: answers by HTTP status (200 includes every
+    decision, 5xx are failures the API server applies failurePolicy to), latency, connections."""
+
+    def __init__(self, server: _TlsServer) -> None:
+        r = self.registry = registry("webhook")
+        self.requests = Counter(
+            "migctl_webhook_admission_requests",
+            "Admission requests answered, by HTTP status: 200 (a decision), 400/413 (bad request), 500 (failed)",
+            ["code"],
+            registry=r,
+        )
+        for code in ("200", "400", "500"):
+            self.requests.labels(code)
+        self.seconds = Histogram(
+            "migctl_webhook_admission_seconds", "Time to answer one admission request (read, decide, write)",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r,
+        )  # fmt: skip
+        self.cut_off = Counter(
+            "migctl_webhook_connections_cut_off", "Connections closed for running past request_timeout_s", registry=r
+        )
+        open_now = Gauge("migctl_webhook_connections", "Connections open now", registry=r)
+        open_now.set_function(lambda: float(len(server.connections)))
+        ready = Gauge("migctl_webhook_ready", "1 once the webhook has a view of the cluster's GPUs", registry=r)
+        ready.set_function(lambda: float(server.ready()))
+
+    def render(self) -> bytes:
+        return render(self.registry)
 
 
 class _TlsServer(HTTPServer):
@@ -65,6 +101,7 @@ class _TlsServer(HTTPServer):
         self.peak = 0  # most connections served at once (for tests and debugging)
         self.cut_off = 0  # connections closed for running past request_timeout_s
         self.admissions = 0  # POSTs to the admission path (tests check what the API server sends)
+        self.metrics = WebhookServerMetrics(self)
         super().__init__(address, _Handler)
 
     def serve(self, stop: threading.Event, tick: float = 0.2) -> None:
@@ -121,6 +158,7 @@ class _TlsServer(HTTPServer):
                 self.connections[c] = float("inf")  # once
         for c in overdue:
             self.cut_off += 1
+            self.metrics.cut_off.inc()
             log.info("closing a connection that ran past %.0f s", self.request_timeout_s)
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(c, socket.SHUT_RDWR)  # the plain socket's: leaves the TLS state to its worker
@@ -159,6 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: dict[str, Any] | str) -> None:
         data = (json.dumps(body) if isinstance(body, dict) else body).encode()
+        self.code = code
         self.send_response(code)
         self.send_header("Content-Type", "application/json" if isinstance(body, dict) else "text/plain")
         self.send_header("Content-Length", str(len(data)))
@@ -180,6 +219,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with self.server.lock:
             self.server.admissions += 1
+        started, self.code = time.monotonic(), 0
+        try:
+            self._admission()
+        finally:
+            m = self.server.metrics
+            m.requests.labels(str(self.code or 500)).inc()
+            m.seconds.observe(time.monotonic() - started)
+
+    def _admission(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or "0")
         except ValueError:
@@ -230,6 +278,10 @@ class WebhookServer:
         return int(self._server.server_address[1])
 
     @property
+    def metrics(self) -> WebhookServerMetrics:
+        return self._server.metrics
+
+    @property
     def stats(self) -> dict[str, int]:
         """Connections open now, the most at once, how many were cut off for running too long, admission POSTs."""
         s = self._server
@@ -249,3 +301,16 @@ class WebhookServer:
         self._server.server_close()
         self._server.close_connections()
         self._server.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def serve_metrics(
+    address: str, port: int, server: Callable[[], WebhookServer | None], ready: Callable[[], bool]
+) -> MetricsServer:
+    """/metrics, /healthz, /readyz over plain HTTP for the webhook `server()` returns (None before it starts:
+    /metrics is then empty and /readyz 503)."""
+
+    def body() -> bytes:
+        s = server()
+        return s.metrics.render() if s is not None else b""
+
+    return MetricsServer(body, address, port, lambda: True, ready, name="migctl-webhook-metrics").start()

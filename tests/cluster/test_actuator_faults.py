@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client
 
 from migctl.controller.loop import Controller
-from migctl.reconcile.nodestate import Target
 from migctl.core.model.gpu_config import config_name
+from migctl.reconcile.nodestate import Target
 
 from .gpunodes import create_gpu_node
 from .sim_gpu_operator import FAILED, SUCCESS

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "migctl"
 MANIFESTS = REPO / "deploy" / "manifests" / "migctl.yaml"
-KUBE_VERSION = "1.36"
+KUBE_VERSION = "1.37"
 Obj = dict[str, Any]
 
 # Every optional part on, and non-default names, so the templates' other branches render and validate too.
@@ -52,7 +52,13 @@ FULL = [
     "--set", "config.fallback.unit=512Mi",
     "--set", "config.agent.health_port=9091",
     "--set-json", 'agent.tolerations=[{"key":"dedicated","operator":"Equal","value":"gpu","effect":"NoExecute"}]',
+    "--set-json", 'agent.extraTolerations=[{"key":"example.com/pool","operator":"Exists"}]',
     "--set-json", 'controller.extraEnv=[{"name":"MIGCTL_CONTROLLER__DRY_RUN","value":"true"}]',
+    "--set", "config.fallback.metrics_port=9092",
+    "--set", "config.webhook.metrics_port=9093",
+    "--set", "webhook.podDisruptionBudget.minAvailable=1",
+    "--set", "controller.serviceMonitor.honorLabels=true",
+    "--set-json", 'controller.serviceMonitor.relabelings=[{"targetLabel":"cluster","replacement":"c1"}]',
 ]  # fmt: skip
 
 
@@ -127,7 +133,9 @@ def test_default_render_has_the_safe_shape(helm: Path) -> None:
     ds = one(objs, "DaemonSet", "-agent")["spec"]["template"]["spec"]
     assert ds["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert ds["runtimeClassName"] == "nvidia"
+    assert ds["priorityClassName"] == "system-node-critical"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in ds["tolerations"]
+    assert {s["metadata"]["name"] for s in find(objs, "Service")} == {"migctl-metrics", "migctl-agent-metrics"}
     agent = ds["containers"][0]
     assert agent["securityContext"]["privileged"] is False
     assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -142,7 +150,12 @@ def test_full_render_uses_the_values(helm: Path) -> None:
     assert one(objs, "Deployment", "-controller")["spec"]["replicas"] == 3
     c = one(objs, "Deployment", "-controller")["spec"]["template"]["spec"]["containers"][0]
     assert c["ports"][0]["containerPort"] == 9090
-    assert one(objs, "Service", "-metrics")["spec"]["ports"][0]["port"] == 9090
+    assert one(objs, "Service", "migctl-metrics")["spec"]["ports"][0]["port"] == 9090
+    assert one(objs, "Service", "-fallback-metrics")["spec"]["ports"][0]["port"] == 9092
+    assert one(objs, "Service", "-webhook-metrics")["spec"]["ports"][0]["port"] == 9093
+    assert one(objs, "PodDisruptionBudget", "-webhook")["spec"]["minAvailable"] == 1
+    tolerations = one(objs, "DaemonSet")["spec"]["template"]["spec"]["tolerations"]
+    assert [t["key"] for t in tolerations] == ["dedicated", "example.com/pool"]  # a replaced list, plus the extra
     assert one(objs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
     fb = one(objs, "Deployment", "-fallback")["spec"]
     assert fb["replicas"] == 1 and fb["strategy"] == {"type": "Recreate"}
@@ -263,6 +276,11 @@ def test_values_yaml_config_defaults_match_the_model() -> None:
         # Template-level guards (not expressible in JSON Schema).
         (["--set", "config.controller.leader_election.enabled=false"], "needs config.controller.leader_election"),
         (["--set", "config.controller.metrics_port=0"], "metrics_port must be a fixed port"),
+        (["--set", "fallback.enabled=true", "--set", "config.fallback.metrics_port=0"], "fallback.metrics_port must"),
+        (["--set", "webhook.enabled=true", "--set", "config.webhook.metrics_port=8443"], "must differ from"),
+        (["--set", "controller.prometheusRule.disabled.MigctlTypo=true"], "additional properties 'MigctlTypo'"),
+        (["--set", "agent.extraTolerations=none"], "/agent/extraTolerations"),
+        (["--set", "controller.serviceMonitor.honorLabels=yes"], "/controller/serviceMonitor/honorLabels"),
     ],
 )
 def test_invalid_values_are_rejected(helm: Path, args: list[str], message: str) -> None:
@@ -856,3 +874,51 @@ def test_webhook_updates_its_configuration_only_in_self_signed_mode(
            ["containers"][0]["env"]}  # fmt: skip
     assert env["MIGCTL_WEBHOOK__CONFIGURATION_NAME"] == ""
     assert env["MIGCTL_WEBHOOK__TLS__MODE"] == "files"
+
+
+# -- Pod Security Admission, as docs/install.md states it ------------------------------------------------------
+
+
+def pod_from(workload: Obj, namespace: str) -> Obj:
+    """A Pod with the workload's pod template, as its controller would create it."""
+    template = workload["spec"]["template"]
+    name = f"psa-{workload['metadata']['name']}"[:63]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace,
+            "labels": template["metadata"].get("labels", {})}, "spec": template["spec"]}  # fmt: skip
+
+
+def test_pod_security_profiles_the_docs_claim(
+    helm: Path, core: client.CoreV1Api, make_namespace: Callable[[], str]
+) -> None:
+    """install.md: every component's pods meet the `restricted` Pod Security profile except the in-place agent's,
+    which needs `privileged`. The real API server's PodSecurity admission judges each rendered pod template (a Pod
+    created with dryRun=All in a namespace enforcing each level): the in-place agent is refused under `baseline`
+    (so the check can fail) and admitted under `privileged`, the rest are admitted under `restricted`."""
+    levels = {}
+    for level in ("restricted", "baseline", "privileged"):
+        ns = make_namespace()
+        core.patch_namespace(ns, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": level}}})
+        levels[level] = ns
+    # no RuntimeClass `nvidia` here (the GPU Operator creates it); Pod Security does not look at it
+    objs = render(helm, "--set", "agent.inPlace.enabled=true", "--set", "webhook.enabled=true",
+                  "--set", "fallback.enabled=true", "--set", "agent.runtimeClassName=",
+                  namespace=levels["restricted"])  # fmt: skip
+    workloads = [*find(objs, "Deployment"), *find(objs, "DaemonSet")]
+    assert len(workloads) == 5
+
+    def admitted(workload: Obj, level: str) -> str:
+        try:
+            core.create_namespaced_pod(levels[level], pod_from(workload, levels[level]), dry_run="All")
+        except client.ApiException as e:
+            if e.status == 403 and "violates PodSecurity" in str(e.body):
+                return str(e.body)
+            raise
+        return ""
+
+    for w in workloads:
+        name = w["metadata"]["name"]
+        if name.endswith("-agent-in-place"):
+            assert "privileged" in admitted(w, "baseline"), "the in-place agent must be refused under baseline"
+            assert admitted(w, "privileged") == "", name
+        else:
+            assert admitted(w, "restricted") == "", name

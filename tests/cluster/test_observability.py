@@ -1,10 +1,11 @@
 """The chart's dashboard and alert rules with the real tools, and `migctl status` against a real cluster.
 
 Real: helm and promtool (both built by hack/testbin.sh), the kube-apiserver's validation of the rendered objects
-(with a minimal PrometheusRule CRD, tests/fixtures/observability/prometheusrule-crd.yaml), a `migctl run` process's
-live /metrics, and the `migctl status` / `kubectl-migctl status` processes reading the API server. SIMULATED: the
-GPU Operator's mig-manager, device plugin and GFD (sim_gpu_operator.py, at their real interface: labels,
-allocatable, the mig-parted ConfigMap).
+(with a minimal PrometheusRule CRD, tests/fixtures/observability/prometheusrule-crd.yaml), the live /metrics, probes
+and logs of every component as a real `migctl` process (component_processes.py: controller, agent, in-place agent,
+webhook, fallback), and the `migctl status` / `kubectl-migctl status` processes reading the API server. SIMULATED:
+the GPU Operator's mig-manager, device plugin and GFD (sim_gpu_operator.py, at their real interface: labels,
+allocatable, the mig-parted ConfigMap). Absent: a GPU and NVML, so both agents run not ready (what they must say).
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from .controller_process import ControllerProcess
+from .component_processes import Component, http_get, start_all, stop_all
 from .controlplane import ControlPlane, find_bin_dir
 from .test_actuator_faults import T3G, big_pods, untainted_with_error
 from .test_controller_e2e import config_for, gpu_node, running, seed_configmap, sim_for
@@ -109,7 +109,7 @@ def test_rendered_rules_pass_promtool_check_and_unit_tests(rendered: list[Obj], 
     shutil.copy(FIXTURES / "alerts-test.yaml", tmp_path / "alerts-test.yaml")
     check = promtool_run(promtool, "check", "rules", "rules.yaml", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 10 rules found" in check.stdout
+    assert "SUCCESS: 11 rules found" in check.stdout
     test = promtool_run(promtool, "test", "rules", "alerts-test.yaml", cwd=tmp_path)
     assert test.returncode == 0, test.stdout + test.stderr
 
@@ -131,6 +131,9 @@ def test_each_alert_has_a_case_that_fires_it_and_one_that_keeps_it_quiet(rendere
         ("MigctlInPlaceChangesFailing", ">= 3", ">= 2"),
         ("MigctlInPlaceChangesFailing", 'result=~"failed|timeout"', 'result=~"failed|timeout|blocked"'),
         ("MigctlInPlaceChangesFailing", "sum(increase(", "sum by (result) (increase("),
+        ("MigctlAgentNotReady", "max by (node) (", "max("),
+        ("MigctlAgentNotReady", "== 0", "< 1.5"),
+        ("MigctlUnplacedDemand", "> 0", "> 21474836480"),  # 20 GiB in bytes: the unit matters
     ],
 )
 def test_promtool_unit_tests_catch_a_wrong_rule(
@@ -193,28 +196,14 @@ def test_every_dashboard_expression_parses(rendered: list[Obj], promtool: Path, 
     assert promtool_run(promtool, "check", "rules", "dashboard-rules.yaml", cwd=tmp_path).returncode != 0
 
 
-# -- every metric named is one a running controller exports --------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _metrics(url: str) -> str | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return str(r.read().decode())
-    except OSError:
-        return None
+# -- every component's live /metrics --------------------------------------------------------------------------
 
 
 def exposed_names(text: str) -> set[str]:
     """Every series name the exposition offers, also for a labelled family with no child yet (its HELP/TYPE lines
     are there, its samples not): the names its type gives it."""
-    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-                "gauge": ("",), "summary": ("", "_sum", "_count", "_created")}  # fmt: skip
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
+                "summary": ("", "_sum", "_count")}  # fmt: skip
     names = set()
     for family in text_string_to_metric_families(text):
         names.update(s.name for s in family.samples)
@@ -223,19 +212,84 @@ def exposed_names(text: str) -> set[str]:
 
 
 @pytest.fixture
-def live_metrics(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[str]:
-    """/metrics of a `migctl run` process (the real command, config file and HTTP server)."""
-    port = _free_port()
-    proc = ControllerProcess(control_plane, config_for(namespace, metrics_port=port), tmp_path / "run")
+def components(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[dict[str, Component]]:
+    """Every component as a real process, each once its /metrics answers (their logs are shown on a failure)."""
+    base = config_for(namespace).model_dump(mode="json", exclude_defaults=True)
+    started = start_all(control_plane, namespace, tmp_path / "components", base)
     try:
-        text = wait_for("/metrics", lambda: _metrics(f"http://127.0.0.1:{port}/metrics"), timeout=60)
-        yield text
+        for c in started:
+            # the webhook's /metrics is empty until its HTTPS server (and its registry) exists: wait for content
+            body = lambda c=c: (http_get(c.url("/metrics")) or (0, ""))[1]  # noqa: E731
+            wait_for(f"{c.name} /metrics", lambda body=body: "migctl_build_info" in body(), timeout=90)
+        yield {c.name: c for c in started}
+    except BaseException:
+        for c in started:
+            print(f"--- {c.name} (exit {c.proc.poll()}):\n{c.output()}")
+        raise
     finally:
-        proc.stop()
+        stop_all(started)
 
 
-def test_every_metric_a_panel_or_a_rule_names_is_exported(live_metrics: str, rendered: list[Obj]) -> None:
-    exported = exposed_names(live_metrics)
+def scrape(c: Component) -> str:
+    got = http_get(c.url("/metrics"))
+    assert got is not None and got[0] == 200, f"{c.name}: /metrics {got}\n{c.output()}"
+    return got[1]
+
+
+def test_every_component_serves_metrics_probes_and_json_logs(
+    components: dict[str, Component], promtool: Path, core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """Each /metrics passes `promtool check metrics` (base units, `_total` counters, HELP on every family), carries
+    `migctl_build_info` for its component and the process and Python collectors, and no `_created` series; /healthz
+    answers; /readyz says what a cluster without GPUs means for each; every log line is JSON
+    (controller.log_format: json)."""
+    # a pod the fallback cannot place (no node advertises migctl.io/vram here): its pass logs why
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "vram-pod"},
+        "spec": {"schedulerName": "migctl", "containers": [{"name": "c", "image": "x",
+                 "resources": {"limits": {"migctl.io/vram": "8Gi"}}}]},
+    })  # fmt: skip
+    expected_ready = {"controller": 200, "agent": 503, "agent-in-place": 503, "webhook": 200, "fallback": 200}
+    for name, c in components.items():
+        text = scrape(c)
+        (tmp_path / f"{name}.prom").write_text(text)
+        with (tmp_path / f"{name}.prom").open() as f:
+            lint = subprocess.run([str(promtool), "check", "metrics"], stdin=f, capture_output=True, text=True,
+                                  check=False)  # fmt: skip
+        assert lint.returncode == 0, f"{name}: {lint.stdout}{lint.stderr}"
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        component = "agent" if name.startswith("agent") else name
+        assert [s.labels["component"] for s in families["migctl_build_info"].samples] == [component], name
+        names = exposed_names(text)
+        assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"} <= names, name
+        assert not [n for n in names if n.endswith("_created")], name
+        assert http_get(c.url("/healthz")) == (200, "ok\n"), name
+        wait_for(f"{name} /readyz {expected_ready[name]}",
+                 lambda c=c, want=expected_ready[name]: (http_get(c.url("/readyz")) or (0, ""))[0] == want,
+                 timeout=60)  # fmt: skip
+    agent_ready = http_get(components["agent"].url("/readyz"))
+    assert agent_ready is not None and "NVML" in agent_ready[1], agent_ready
+    agent = {f.name: f for f in text_string_to_metric_families(scrape(components["agent"]))}
+    assert [s.value for s in agent["migctl_agent_ready"].samples] == [0]
+    wait_for("the fallback's unschedulable line", lambda: "unschedulable" in components["fallback"].output(),
+             timeout=30)
+    wait_for("the in-place step counted",
+             lambda: "migctl_agent_in_place_answers_total{" in scrape(components["agent-in-place"]), timeout=30)
+    for name, c in components.items():
+        lines = [ln for ln in c.output(200_000).splitlines() if ln.strip()]
+        assert lines, f"{name} logged nothing"
+        bad = [ln for ln in lines if not ln.startswith("{")]
+        assert not bad, f"{name}: not JSON: {bad[:3]}"
+        assert all({"ts", "level", "logger", "msg"} <= json.loads(ln).keys() for ln in lines), name
+
+
+def test_every_metric_a_panel_or_a_rule_names_is_exported(
+    components: dict[str, Component], rendered: list[Obj]
+) -> None:
+    """Every metric a dashboard panel or an alert rule names appears on the live /metrics of some component; and
+    every component has a panel or a rule that uses one of its own metrics."""
+    by_component = {name: exposed_names(scrape(c)) for name, c in components.items()}
+    exported = set().union(*by_component.values())
     assert "migctl_leader" in exported and "migctl_reconfigurations_failed_total" in exported
     named: dict[str, list[str]] = {}
     for where, expr in dashboard_queries(dashboard(rendered)):
@@ -244,12 +298,14 @@ def test_every_metric_a_panel_or_a_rule_names_is_exported(live_metrics: str, ren
     for rule in (r for g in rule_groups(rendered) for r in g["rules"]):
         for metric in re.findall(r"\bmigctl_[A-Za-z0-9_]+", rule["expr"]):
             named.setdefault(metric, []).append(f"alert {rule['alert']}")
-    assert len(named) >= 15
+    assert len(named) >= 20
     missing = {m: where for m, where in named.items() if m not in exported}
-    assert not missing, f"named but not exported by the controller: {missing}"
-    assert {"migctl_in_place_changes_total", "migctl_in_place_window_seconds_bucket"} <= named.keys()
-    # the check can fail: a name the controller does not export is caught
-    assert "migctl_in_place_windows_seconds_bucket" not in exported
+    assert not missing, f"named but exported by no component: {missing}"
+    for name, names in by_component.items():
+        own = {n for n in names if n.startswith("migctl_") and n != "migctl_build_info"}
+        assert own & named.keys(), f"no panel or rule shows a metric of the {name}"
+    # the check can fail: names a component does not export are caught
+    assert "migctl_in_place_windows_seconds_bucket" not in exported and "migctl_stranded_mib" not in exported
 
 
 # -- the API server accepts what the chart renders -------------------------------------------------------------
@@ -337,7 +393,8 @@ def test_status_shows_the_phase_during_a_reconfiguration_and_the_error_after_a_r
     product = core.read_node(node).metadata.labels["nvidia.com/gpu.product"]
     before = status_of(migctl, control_plane, config, node)
     assert before is not None and before["phase"] is None and before["last_error"] is None
-    assert before["gpus"] == [{"index": 0, "layout": "7×1g.10gb"}] and before["models"] == [product]
+    all_1g = [{"index": 0, "mig_enabled": True, "instances": {"1g.10gb": 7}}]  # machine values (profile counts)
+    assert before["gpus"] == all_1g and before["models"] == [product]
     assert before["actuation"] == "mig-manager"
 
     ctl = Controller(ctl_config, api, identity="a")
@@ -351,8 +408,10 @@ def test_status_shows_the_phase_during_a_reconfiguration_and_the_error_after_a_r
             return row if row and row["phase"] == "applying" else None
 
         row = wait_for("status shows applying", lambda: applying(migctl), timeout=20, interval=0.5)
-        assert row["phase_since"] is not None and row["phase_since"] <= time.time()
-        assert row["target"] == [{"index": 0, "layout": "2×3g.40gb"}] and row["last_error"] is None
+        since = datetime.strptime(row["phase_since"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)  # RFC 3339
+        assert since.timestamp() <= time.time()
+        assert row["target"] == [{"index": 0, "mig_enabled": True, "instances": {"3g.40gb": 2}}]
+        assert row["last_error"] is None
         assert wait_for("kubectl migctl shows applying", lambda: applying(kubectl_plugin), timeout=15)
         args = [migctl, "status", "--kubeconfig", str(control_plane.kubeconfig), "--config", str(config)]
         table = subprocess.run(args, check=False, capture_output=True, text=True, timeout=60).stdout
@@ -365,4 +424,4 @@ def test_status_shows_the_phase_during_a_reconfiguration_and_the_error_after_a_r
             after = status_of(exe, control_plane, config, node)
             assert after is not None and after["phase"] is None and after["target"] is None
             assert after["last_error"] == error and "mig-manager" in error
-            assert after["gpus"] == [{"index": 0, "layout": "7×1g.10gb"}]  # rolled back to the previous layout
+            assert after["gpus"] == all_1g  # rolled back to the previous layout

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from migctl.controller.gates import LABELS
 from migctl.controller.loop import Controller
 from migctl.core.model.cluster import epoch_s
 from migctl.core.model.gpu_config import GpuConfig
-from migctl.core.queue_gate import CLAIMED, FREE, OVERDUE
+from migctl.core.queue_gate import CLAIMED, FREE, OVERDUE, TEXT
 from migctl.wire.names import HOSTNAME, QUEUE_GATE
 
 from .gpunodes import create_gpu_node
@@ -82,11 +81,11 @@ def test_a_served_pod_is_pinned_and_bound_and_an_unserved_one_waits_until_overdu
         assert HOSTNAME not in (core.read_namespaced_pod("nowhere", namespace).spec.node_selector or {})
 
         def lifted(reason: str) -> float:
-            return float(ctl.metrics.gate_lifts.labels(LABELS[reason])._value.get())
+            return float(ctl.metrics.gate_lifts.labels(str(reason))._value.get())
 
         assert (lifted(FREE), lifted(OVERDUE)) == (1, 1)
         evs = {(e.involved_object.name, e.reason): e.message for e in core.list_namespaced_event(namespace).items}
-        assert FREE in evs[("fits", "MigctlGateLifted")] and OVERDUE in evs[("nowhere", "MigctlGateLifted")]
+        assert TEXT[FREE] in evs[("fits", "MigctlGateLifted")] and TEXT[OVERDUE] in evs[("nowhere", "MigctlGateLifted")]
 
 
 def test_with_the_gate_on_a_pod_a_free_instance_serves_is_claimed_before_the_plan_and_bound(
@@ -108,7 +107,7 @@ def test_with_the_gate_on_a_pod_a_free_instance_serves_is_claimed_before_the_pla
         bound = wait_for("kube-scheduler to bind `mine`", lambda: running_on(core, namespace, "mine"), timeout=30)
         assert bound == name
         assert core.read_namespaced_pod("mine", namespace).spec.node_selector[HOSTNAME] == f"host-{name}"
-        assert float(ctl.metrics.gate_lifts.labels(LABELS[CLAIMED])._value.get()) == 1
+        assert float(ctl.metrics.gate_lifts.labels(str(CLAIMED))._value.get()) == 1
         assert ctl.last_plan is not None and "mine" not in {a.pod.split("/")[1] for a in ctl.last_plan.assignments}
         evs = {(e.involved_object.name, e.reason): e.message for e in core.list_namespaced_event(namespace).items}
-        assert CLAIMED in evs[("mine", "MigctlGateLifted")]
+        assert TEXT[CLAIMED] in evs[("mine", "MigctlGateLifted")]

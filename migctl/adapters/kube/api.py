@@ -248,6 +248,16 @@ class KubeApi(ApiCalls):
             return None
         return self.to_dict(cm, "ConfigMap")
 
+    def list_configmaps(self, label_selector: str) -> list[Obj]:
+        """ConfigMaps of every namespace with these labels (the CLI finding the controller's config)."""
+        found = self.call(
+            f"list configmaps -l {label_selector} in all namespaces",
+            lambda: self.core.list_config_map_for_all_namespaces(
+                label_selector=label_selector, _request_timeout=self.timeout_s
+            ),
+        )
+        return [self.to_dict(cm, "ConfigMap") for cm in found.items]
+
     def create_configmap(self, namespace: str, body: Any) -> Obj:
         self._guard()
         name = body["metadata"]["name"]

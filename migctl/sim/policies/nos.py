@@ -15,8 +15,8 @@ from collections import Counter
 
 import numpy as np
 
-from migctl.reconcile.guards import BatchWindow
 from migctl.core.hardware.geometry import CanonicalLayout, canonical
+from migctl.reconcile.guards import BatchWindow
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free
 from migctl.sim.state import Placement

@@ -265,3 +265,72 @@ def test_a_damaged_journal_stops_the_command_before_any_change(node: Node) -> No
     result = node.apply({0: {"1g.5gb": 2}})
     assert result.exit_code == 1 and "in-place-journal.json is not valid JSON" in result.output
     assert node.fake.mutations == []
+
+
+# -- the device-node step is checked before any change (issue 44) --------------------------------------------
+
+
+def _host_config(node: Node, **agent: object) -> None:
+    """The operator's config on a host: no caps_command (the default), so migctl picks one."""
+    node.config.write_text(json.dumps({"agent": {"destroy_backoff_seconds": 0.001, **agent}}))
+
+
+def test_on_a_host_without_the_device_node_tool_nothing_is_created(
+    node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`migctl agent apply` on a host (no /host, as in the DaemonSet) whose PATH has no nvidia-smi: it used to
+    create the instances and only then fail on `chroot /host nvidia-smi`. Now it stops first, changing nothing."""
+    monkeypatch.setattr(wiring, "HOST_ROOT", tmp_path / "no-host")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    _host_config(node)
+    result = node.apply({0: {"3g.20gb": 2}})
+    assert result.exit_code == 1, result.output
+    assert "device-node step after creating instances cannot run: nvidia-smi: nvidia-smi is not on PATH" in (
+        result.output
+    )
+    assert "nothing was changed" in result.output
+    assert node.fake.mutations == [] and not node.journal.exists()
+    # a target that only destroys needs no device nodes: it runs
+    node.fake.add(0, "2g.10gb", 4)
+    assert node.apply({0: {}}).exit_code == 0 and node.fake.layout(0) == []
+
+
+def test_on_a_host_the_default_is_nvidia_smi_from_path(
+    node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default detects where it runs: no /host, so `nvidia-smi` from PATH (here a stand-in that records its
+    call, as the real one creates the /dev/nvidia-caps nodes)."""
+    monkeypatch.setattr(wiring, "HOST_ROOT", tmp_path / "no-host")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ran = tmp_path / "nvidia-smi-ran"
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho \"$@\" > {ran}\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    _host_config(node)
+    result = node.apply({0: {"3g.20gb": 2}})
+    assert result.exit_code == 0, result.output
+    assert ran.exists() and len(node.fake.layout(0)) == 2
+
+
+def test_the_default_command_is_chroot_into_host_only_where_host_holds_nvidia_smi(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    assert wiring.caps_command((), host) == ("nvidia-smi",)  # no /host: a host
+    (host / "usr" / "bin").mkdir(parents=True)
+    assert wiring.caps_command((), host) == ("nvidia-smi",)  # /host without the tool
+    smi = host / "usr" / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    assert wiring.caps_command((), host) == ("chroot", str(host), "nvidia-smi")  # the DaemonSet
+    assert wiring.caps_command(("my-tool", "--caps"), host) == ("my-tool", "--caps")  # configured: as given
+    assert load_config(None).agent.caps_command == ()  # the default is "detect"
+
+
+def test_caps_problem_says_why_a_command_cannot_run(tmp_path: Path) -> None:
+    assert wiring.caps_problem(("true",)) == ""
+    assert wiring.caps_problem(("no-such-tool-here",)) == "no-such-tool-here: no-such-tool-here is not on PATH"
+    missing = wiring.caps_problem(("chroot", str(tmp_path / "nope"), "nvidia-smi"))
+    assert missing.endswith("is no directory (the in-place DaemonSet mounts the host's / there)")
+    empty_root = wiring.caps_problem(("chroot", str(tmp_path), "nvidia-smi"))
+    assert empty_root.endswith(f"{tmp_path} holds no executable nvidia-smi")

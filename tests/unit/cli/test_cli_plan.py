@@ -142,18 +142,63 @@ def test_thorough_gives_the_exact_solver_a_larger_budget(monkeypatch: pytest.Mon
     assert seen == [ExactSettings().thorough(), ExactSettings()]
 
 
-def test_an_empty_file_or_one_without_nodes_warns_and_says_what_it_found(tmp_path: Path) -> None:
-    """An empty export, or pods only, plans nothing: the command says so and counts what the file holds."""
+def test_an_empty_file_is_an_input_error_for_plan_and_status(tmp_path: Path) -> None:
+    """Nothing to plan or show from a file without a single object (an empty export, `items: []`): exit 2 with
+    `error:`, as for a file that is not YAML, never an empty plan that looks like success."""
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
-    code, _, err = run("plan", "--snapshot", str(empty))
-    assert code == 0
-    assert "warning:" in err and "no Kubernetes objects found" in err
+    empty_list = tmp_path / "list.yaml"
+    empty_list.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    for path in (empty, empty_list):
+        for command in (["plan"], ["plan", "-o", "json"], ["status"]):
+            code, out, err = run(*command, "--snapshot", str(path))
+            assert code == 2, (command, err)
+            assert err.startswith("error: ") and "no Kubernetes objects found" in err and str(path) in err
+            assert out == ""
+
+
+def test_a_file_without_nodes_warns_in_the_text_and_in_the_json_alike(tmp_path: Path) -> None:
+    """One list of warnings for both renderings: what the text prints as `warning:` lines, JSON and YAML carry
+    in `warnings` (it used to reach stderr only, and `-o json` said `"warnings": []`)."""
     pods = [{"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "default"}, "spec": {}} for i in range(12)]
     only_pods = tmp_path / "pods.yaml"
     only_pods.write_text(yaml.safe_dump({"kind": "List", "items": [*pods, {"kind": "ConfigMap", "metadata": {}}]}))
-    code, _, err = run("plan", "--snapshot", str(only_pods), "-o", "json")
+    said = "the input has 13 objects: 12 Pods, 1 ConfigMap, no Node"
+    code, out, _ = run("plan", "--snapshot", str(only_pods), "-o", "json")
     assert code == 0
-    assert "the input has 13 objects: 12 Pods, 1 ConfigMap, no Node" in err
-    code, _, err = run("plan", "--example")
-    assert "warning:" not in err  # a file with nodes plans without this warning
+    warnings = json.loads(out)["warnings"]
+    assert warnings == [f"{only_pods}: {said}; nothing to plan (expected Nodes and Pods, e.g. kubectl get "
+                        "nodes,pods,configmaps -A -o yaml)"]  # fmt: skip
+    code, out, _ = run("plan", "--snapshot", str(only_pods), "-o", "yaml")
+    assert code == 0 and yaml.safe_load(out)["warnings"] == warnings
+    code, out, _ = run("plan", "--snapshot", str(only_pods))
+    assert code == 0
+    assert [line.removeprefix("warning: ") for line in out.splitlines() if line.startswith("warning: ")] == warnings
+    code, out, _ = run("plan", "--example", "-o", "json")
+    assert json.loads(out)["warnings"] == []  # a file with nodes plans without this warning
+
+
+def test_the_snapshots_own_warnings_are_in_both_renderings_too(tmp_path: Path) -> None:
+    """A node whose GPU product the catalog does not know: the adapter's warning, in the text and the JSON."""
+    snapshot = yaml.safe_load(example_path().read_text())
+    node = next(o for o in snapshot["items"] if o["kind"] == "Node")
+    node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-Unknown-9000"
+    path = tmp_path / "odd.yaml"
+    path.write_text(yaml.safe_dump(snapshot))
+    _, out, _ = run("plan", "--snapshot", str(path), "-o", "json")
+    warnings = json.loads(out)["warnings"]
+    assert any("NVIDIA-Unknown-9000" in w for w in warnings)
+    _, out, _ = run("plan", "--snapshot", str(path))
+    assert [line.removeprefix("warning: ") for line in out.splitlines() if line.startswith("warning: ")] == warnings
+
+
+def test_output_yaml_is_the_json_document_and_wide_adds_sizes_and_reasons() -> None:
+    _, out_json, _ = run("plan", "--example", "-o", "json")
+    code, out_yaml, _ = run("plan", "--example", "-o", "yaml")
+    assert code == 0 and out_yaml.startswith("version: v1\n")
+    assert yaml.safe_load(out_yaml) == json.loads(out_json)
+    code, wide, _ = run("plan", "--example", "-o", "wide")
+    assert code == 0
+    _, text, _ = run("plan", "--example")
+    assert "instance 9984 MiB, need 7168 MiB" in wide and "instance 9984 MiB" not in text
+    assert "batch/giant: asks for 204800 MiB" in wide and "(add --explain for the reasons)" not in wide

@@ -403,7 +403,7 @@ FILES = {
     "an item a list": ("kind: List\nitems:\n- [1]\n", 2, "items[0]: expected an object, got list"),
     "no kind": ("kind: List\nitems:\n- metadata: {}\n", 2, "items[0].kind: missing"),
     "tab indentation": ("kind: List\nitems:\n\t- x\n", 2, "not valid YAML or JSON"),
-    "empty": ("", 0, "0 GPU nodes"),
+    "empty": ("", 2, "no Kubernetes objects found (an empty file?)"),
 }  # fmt: skip
 
 

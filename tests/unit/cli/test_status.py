@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from migctl.adapters.objects import snapshot_from_objects
 from migctl.cli import cli
 from migctl.cli.status import age, layout_cell, statuses
-from migctl.controller.nodestate import APPLYING, Target
 from migctl.core.hardware.catalog import load_catalog
 from migctl.core.model.gpu_config import GpuConfig, config_name
+from migctl.reconcile.nodestate import APPLYING, Target
 from migctl.wire import inplace
 from migctl.wire.layout import GpuLayout, encode
 from migctl.wire.names import (
@@ -38,6 +38,11 @@ from ..kube_builders import Obj, gpu_node, mig_parted
 
 ALL_1G = {0: {"1g.10gb": 7}, 1: {"1g.10gb": 7}}
 TARGET_3G = {0: {"3g.40gb": 2}, 1: {"1g.10gb": 7}}
+
+
+def gpu(index: int, instances: dict[str, int], mig: bool = True) -> dict[str, Any]:
+    """One GPU as status rows and `-o json` carry it: machine values, the plan JSON's profile counts."""
+    return {"index": index, "mig_enabled": mig, "instances": instances}
 
 
 def h100(name: str, **annotations: str) -> Obj:
@@ -74,7 +79,7 @@ def test_a_node_mid_change_shows_its_phase_and_since_when() -> None:
     assert row["phase"] == APPLYING
     assert row["phase_since"] == pytest.approx(since, abs=0.001)
     assert row["phase_problem"] == ""
-    assert row["target"] == [{"index": 0, "layout": "2×3g.40gb"}, {"index": 1, "layout": "7×1g.10gb"}]
+    assert row["target"] == [gpu(0, {"3g.40gb": 2}), gpu(1, {"1g.10gb": 7})]
     assert row["frozen"]  # the snapshot leaves a node mid-change alone: status says so
 
 
@@ -107,7 +112,7 @@ def test_layout_per_gpu_is_the_adapters_reading_the_layout_annotation_first() ->
     (adapters/objects.py) trusts the record, and so does status."""
     record = encode({0: GpuLayout(True, {"3g.40gb": 2}), 1: GpuLayout(True, {"1g.10gb": 7})}, "cfg")
     (row,) = rows(h100("recorded", **{LAYOUT: record}))
-    assert row["gpus"] == [{"index": 0, "layout": "2×3g.40gb"}, {"index": 1, "layout": "7×1g.10gb"}]
+    assert row["gpus"] == [gpu(0, {"3g.40gb": 2}), gpu(1, {"1g.10gb": 7})]
     assert row["models"] == ["NVIDIA-H100-80GB-HBM3"]
 
 
@@ -155,9 +160,11 @@ def test_table_has_kubectl_get_columns(tmp_path: Path) -> None:
 
 
 def test_layout_cell_folds_runs_of_equal_gpus_only_when_consecutive() -> None:
-    gpus = [{"index": i, "layout": lay} for i, lay in enumerate(["a + b", "a + b", "c", "a + b"])]
-    assert layout_cell(gpus) == "0-1:a+b;2:c;3:a+b"
-    assert layout_cell([{"index": 0, "layout": "x"}, {"index": 2, "layout": "x"}]) == "0:x;2:x"  # GPU 1 unknown
+    a_b, c = {"1g.10gb": 1, "3g.40gb": 1}, {"7g.80gb": 1}
+    gpus = [gpu(i, lay) for i, lay in enumerate([a_b, a_b, c, a_b])]
+    assert layout_cell(gpus) == "0-1:1g.10gb+3g.40gb;2:7g.80gb;3:1g.10gb+3g.40gb"
+    assert layout_cell([gpu(0, c), gpu(2, c)]) == "0:7g.80gb;2:7g.80gb"  # GPU 1 unknown
+    assert layout_cell([gpu(0, {}, mig=False), gpu(1, {"1g.10gb": 7})]) == "0:MIGdisabled;1:7×1g.10gb"
     assert layout_cell([]) == "unknown"
 
 
@@ -174,3 +181,91 @@ def test_kubectl_plugin_entry_point_is_the_same_group_named_kubectl_migctl() -> 
     res = CliRunner().invoke(cli, ["status", "--help"], prog_name="kubectl migctl")
     assert res.exit_code == 0 and "Usage: kubectl migctl status" in res.stdout
     assert "plan" in CliRunner().invoke(cli, ["--help"], prog_name="kubectl migctl").stdout
+
+
+# -- shaped like kubectl get (issue 44) -------------------------------------------------------------------------
+
+
+def test_json_carries_machine_values_rfc3339_times_and_profile_counts(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    since = 1_780_000_000.25  # 2026-05-28T20:26:40.25Z
+    code, out, _ = run_cli(tmp_path, h100("busy", **in_flight(since)), args=("-o", "json"))
+    assert code == 0
+    doc = json.loads(out)
+    (row,) = doc["nodes"]
+    assert row["phase_since"] == "2026-05-28T20:26:40Z"
+    assert datetime.strptime(doc["time"], "%Y-%m-%dT%H:%M:%SZ").timestamp() == pytest.approx(time.time(), abs=600)
+    assert row["gpus"] == [gpu(0, {"1g.10gb": 7}), gpu(1, {"1g.10gb": 7})]
+    assert row["target"] == [gpu(0, {"3g.40gb": 2}), gpu(1, {"1g.10gb": 7})]
+    assert "×" not in out  # no display strings
+
+
+def test_yaml_is_the_json_document(tmp_path: Path) -> None:
+    node = h100("n1", **{LAST_ERROR: "verify: allocatable never matched"})
+    _, out_json, _ = run_cli(tmp_path, node, args=("-o", "json"))
+    code, out_yaml, _ = run_cli(tmp_path, node, args=("-o", "yaml"))
+    assert code == 0
+    assert out_yaml.startswith("source: ") and "\nnodes:\n- node: n1\n" in out_yaml  # block YAML, not JSON text
+    as_json, as_yaml = json.loads(out_json), yaml.safe_load(out_yaml)
+    as_json.pop("time"), as_yaml.pop("time")
+    assert as_yaml == as_json
+
+
+def test_wide_adds_the_gpu_count_the_agent_and_why_a_node_is_frozen(tmp_path: Path) -> None:
+    opted = h100("opted", **in_flight(time.time() - 5))
+    opted["metadata"]["labels"][ACTUATION] = IN_PLACE
+    opted["metadata"]["annotations"][IN_PLACE_STATUS] = inplace.encode_status(inplace.Status("p1", "applying", ""))
+    long_error = "x" * 100
+    opted["metadata"]["annotations"][LAST_ERROR] = long_error
+    code, out, _ = run_cli(tmp_path, opted, h100("idle"), args=("-o", "wide"))
+    assert code == 0
+    header, first, second = out.splitlines()
+    assert header.split() == ["NODE", "MODELS", "ACTUATION", "LAYOUT", "PHASE", "SINCE", "GPUS", "AGENT", "FROZEN",
+                              "LAST-ERROR"]  # fmt: skip
+    assert first.split()[0] == "idle" and first.split()[6:] == ["2", "<none>", "<none>", "<none>"]
+    assert second.split()[0] == "opted" and second.split()[6:8] == ["2", "applying"]
+    assert second.endswith(long_error)  # whole in wide; the plain table cuts it at 60
+    _, plain, _ = run_cli(tmp_path, opted, h100("idle"))
+    assert long_error not in plain
+
+
+def test_node_names_and_a_selector_pick_nodes(tmp_path: Path) -> None:
+    a, b, c = h100("a"), h100("b"), h100("c")
+    a["metadata"]["labels"]["pool"] = "train"
+    b["metadata"]["labels"]["pool"] = "infer"
+    c["metadata"]["labels"]["pool"] = "train"
+
+    def listed(*args: str) -> list[str]:
+        code, out, err = run_cli(tmp_path, a, b, c, args=args)
+        assert code == 0, err
+        return [line.split()[0] for line in out.splitlines()[1:]]
+
+    assert listed() == ["a", "b", "c"]
+    assert listed("c", "a") == ["a", "c"]
+    assert listed("-l", "pool=train") == ["a", "c"]
+    assert listed("--selector", "pool!=train") == ["b"]
+    code, _, err = run_cli(tmp_path, a, args=("-l", "pool=train", "c"))
+    assert code == 2 and "error: name cannot be provided when a selector is specified" in err  # as kubectl get
+    assert listed("-l", "!pool") == []  # kubectl prints no rows then: here "No GPU nodes found."
+
+
+def test_a_node_not_found_is_an_error_after_the_others_are_shown(tmp_path: Path) -> None:
+    code, out, err = run_cli(tmp_path, h100("a"), args=("a", "nope", "-o", "json"))
+    assert code == 1
+    assert [r["node"] for r in json.loads(out)["nodes"]] == ["a"]
+    assert err.strip() == 'error: node "nope" not found (not a GPU node, nor one migctl annotated)'
+
+
+@pytest.mark.parametrize("selector", ["pool in (a,b)", "pool notin (a)", "pool", "!pool,x in (y)"])
+def test_set_based_selectors_are_refused_equality_based_read(tmp_path: Path, selector: str) -> None:
+    code, _, err = run_cli(tmp_path, h100("a"), args=("-l", selector))
+    if "(" in selector:
+        assert code == 2 and "error: " in err and "set-based selectors (in, notin) are not supported" in err
+    else:
+        assert code == 0, err
+
+
+def test_a_bad_selector_term_names_itself(tmp_path: Path) -> None:
+    code, _, err = run_cli(tmp_path, h100("a"), args=("-l", "pool=a b"))
+    assert code == 2 and "error: " in err and "term 'pool=a b'" in err

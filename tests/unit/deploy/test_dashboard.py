@@ -70,7 +70,8 @@ def test_templated_on_the_prometheus_datasource_and_the_namespace(dash: dict[str
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     ns = variables["namespace"]
     assert ns["type"] == "query" and ns["datasource"] == DATASOURCE
-    assert ns["definition"] == "label_values(migctl_leader, namespace)" == ns["query"]["query"]
+    # every component exports migctl_build_info: the namespace list works without a controller (fallback only)
+    assert ns["definition"] == "label_values(migctl_build_info, namespace)" == ns["query"]["query"]
 
 
 def test_panels_do_not_overlap_on_the_grid(dash: dict[str, Any]) -> None:
@@ -86,7 +87,7 @@ def test_panels_do_not_overlap_on_the_grid(dash: dict[str, Any]) -> None:
 
 def test_the_dashboard_shows_what_issue_34_asks_for(dash: dict[str, Any]) -> None:
     exprs = " ".join(t["expr"] for p in panels(dash) for t in p.get("targets", []))
-    for metric in ("migctl_stranded_mib", "migctl_pending_gpu_pods", "migctl_pending_vram_demand_mib",
+    for metric in ("migctl_stranded_bytes", "migctl_pending_gpu_pods", "migctl_pending_vram_demand_bytes",
                    "migctl_reconfigurations_started_total", "migctl_reconfigurations_succeeded_total",
                    "migctl_reconfigurations_failed_total", "migctl_reconfiguration_seconds_bucket",
                    "migctl_nodes_reconfiguring", "migctl_guard_refusals", "migctl_rejected_objects",
@@ -94,6 +95,22 @@ def test_the_dashboard_shows_what_issue_34_asks_for(dash: dict[str, Any]) -> Non
                    "migctl_in_place_window_seconds_bucket"):  # fmt: skip
         assert metric in exprs, metric
     assert "by (model)" in exprs and "by (cause)" in exprs and "by (result)" in exprs
+
+
+def test_memory_panels_are_in_bytes_and_every_component_has_a_panel(dash: dict[str, Any]) -> None:
+    """Memory is exported in bytes: a panel on a `_bytes` metric says so (Grafana's IEC `bytes` unit), and no
+    panel uses a MiB metric or unit. The agents, the webhook and the fallback each have panels."""
+    for p in panels(dash):
+        exprs = " ".join(t["expr"] for t in p.get("targets", []))
+        unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        assert "_mib" not in exprs and unit != "decmbytes", p["title"]
+        if re.search(r"migctl_\w+_bytes\b", exprs):
+            assert unit == "bytes", p["title"]
+    exprs = " ".join(t["expr"] for p in panels(dash) for t in p.get("targets", []))
+    for metric in ("migctl_agent_ready", "migctl_agent_reads_total", "migctl_agent_in_place_answers_total",
+                   "migctl_webhook_admission_requests_total", "migctl_webhook_admission_seconds_bucket",
+                   "migctl_fallback_passes_total", "migctl_build_info"):  # fmt: skip
+        assert metric in exprs, metric
 
 
 def rows(dash: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -121,7 +138,7 @@ def test_the_in_place_row_follows_the_reconfiguration_row_with_its_results_and_w
 def test_every_runbook_url_points_at_a_section_of_troubleshooting_md() -> None:
     anchors = re.findall(r'printf "%s#([^"]+)" \$runbook', RULES_TEMPLATE.read_text())
     alerts = re.findall(r"^\s+- alert: (\w+)$", RULES_TEMPLATE.read_text(), re.M)
-    assert len(anchors) == len(alerts) >= 10
+    assert len(anchors) == len(alerts) >= 11
     headings = {github_anchor(h) for h in re.findall(r"^#{2,3} (.+)$", TROUBLESHOOTING.read_text(), re.M)}
     missing = sorted(set(anchors) - headings)
     assert not missing, f"runbook anchors with no section in docs/troubleshooting.md: {missing}"
@@ -139,11 +156,12 @@ def test_docs_metrics_md_lists_every_alert_with_its_for_severity_and_runbook() -
     rules = {}
     for block in re.split(r"^\s+- alert: ", RULES_TEMPLATE.read_text(), flags=re.M)[1:]:
         name = block.split("\n", 1)[0].strip()
-        duration = re.search(r"^\s+for: (\S+)$", block, re.M)
-        severity = re.search(r"^\s+severity: (\S+)$", block, re.M)
+        # the chart's defaults, as the template passes them to its helpers (customRules may override both)
+        duration = re.search(rf'include "migctl.alertFor" \(list \$ "{name}" "([^"]*)"\)', block)
+        severity = re.search(rf'include "migctl.alertLabels" \(list \$ "{name}" "([^"]+)"\)', block)
         anchor = re.search(r'printf "%s#([^"]+)"', block)
-        assert severity and anchor, name
-        rules[name] = (duration.group(1) if duration else "", severity.group(1), anchor.group(1))
+        assert duration and severity and anchor, name
+        rules[name] = (duration.group(1), severity.group(1), anchor.group(1))
     table = {}
     for row in re.findall(r"^\| `Migctl\w+` \| .+ \|$", METRICS_DOC.read_text(), re.M):
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]  # a `\|` inside a cell is not a border
@@ -151,4 +169,4 @@ def test_docs_metrics_md_lists_every_alert_with_its_for_severity_and_runbook() -
         link = re.search(r"#([\w-]+)\)", runbook)
         assert link, row
         table[name] = (duration, severity, link.group(1))
-    assert len(rules) >= 10 and table == rules
+    assert len(rules) >= 11 and table == rules

@@ -110,3 +110,70 @@ included. Call with the path string. */}}
 {{- define "migctl.unchanged" -}}
 (has(object.{{ . }}) ? (has(oldObject.{{ . }}) && object.{{ . }} == oldObject.{{ . }}) : !has(oldObject.{{ . }}))
 {{- end -}}
+
+{{/* An alert's `for:` line (empty when it has none): controller.prometheusRule.customRules.<alert>.for, else the
+chart's. Call with (list $ "<Alert>" "<default for>"). */}}
+{{- define "migctl.alertFor" -}}
+{{- $custom := index ((index . 0).Values.controller.prometheusRule.customRules | default dict) (index . 1) | default dict -}}
+{{- with ($custom.for | default (index . 2)) }}for: {{ . }}{{ end -}}
+{{- end -}}
+
+{{/* An alert's labels: its severity (customRules.<alert>.severity, else the chart's), customRules.<alert>.labels,
+then additionalRuleLabels; the first wins on a clash. Call with (list $ "<Alert>" "<default severity>"). */}}
+{{- define "migctl.alertLabels" -}}
+{{- $rule := (index . 0).Values.controller.prometheusRule -}}
+{{- $custom := index ($rule.customRules | default dict) (index . 1) | default dict -}}
+{{- $severity := dict "severity" ($custom.severity | default (index . 2)) -}}
+{{- toYaml (merge $severity (deepCopy ($custom.labels | default dict)) (deepCopy ($rule.additionalRuleLabels | default dict))) -}}
+{{- end -}}
+
+
+{{/* A component's metrics port, read from config.<section>.metrics_port (default 8080; null or 0 fails: the probes,
+the Service and the ServiceMonitor need a fixed port). Call with (list $ "fallback"). */}}
+{{- define "migctl.metricsPort" -}}
+{{- $section := index . 1 -}}
+{{- $s := index (include "migctl.config" (index . 0) | fromYaml) $section | default dict -}}
+{{- if hasKey $s "metrics_port" -}}
+{{- if not $s.metrics_port -}}
+{{- fail (printf "config.%s.metrics_port must be a fixed port (not null or 0): the chart's probes, Service and ServiceMonitor use it" $section) -}}
+{{- end -}}
+{{- $s.metrics_port -}}
+{{- else -}}
+8080
+{{- end -}}
+{{- end -}}
+
+{{/* The label on every metrics Service: servicemonitor.yaml selects on it. */}}
+{{- define "migctl.metricsLabel" -}}
+migctl.io/metrics: "true"
+{{- end -}}
+
+{{/* A headless Service in front of one component's metrics port, for the ServiceMonitor (or any Prometheus that
+discovers Endpoints). Call with (list $ "<component>" <port> "<container port name>"). */}}
+{{- define "migctl.metricsService" -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "migctl.componentName" (list $root (printf "%s-metrics" $component)) }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "migctl.labels" (list $root $component) | nindent 4 }}
+    {{- include "migctl.metricsLabel" $root | nindent 4 }}
+spec:
+  clusterIP: None
+  selector:
+    {{- include "migctl.selectorLabels" (list $root $component) | nindent 4 }}
+  ports:
+    - name: metrics
+      port: {{ index . 2 }}
+      targetPort: {{ index . 3 }}
+      protocol: TCP
+{{- end -}}
+
+{{/* The agents' tolerations: agent.tolerations (the defaults) followed by agent.extraTolerations. */}}
+{{- define "migctl.agent.tolerations" -}}
+{{- $all := concat (.Values.agent.tolerations | default list) (.Values.agent.extraTolerations | default list) -}}
+{{- with $all }}{{ toYaml . }}{{ end -}}
+{{- end -}}
