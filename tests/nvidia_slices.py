@@ -38,10 +38,10 @@ from migctl.core.dra import naming
 from migctl.core.hardware.geometry import Placement
 from migctl.core.hardware.gpu_model import GpuModel, Profile
 from migctl.core.hardware.naming import resource_name
+from migctl.wire.names import PLACEMENT_TAINT as FENCE_KEY
 
 DRIVER = naming.DRIVER
 API = "resource.k8s.io/v1"
-FENCE_KEY = "migctl.io/placement"
 _MIB = 2**20
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 

@@ -240,6 +240,33 @@ class Freeze:
 
 
 @dataclass(frozen=True)
+class Basics:
+    """What any node object says whatever serves its GPUs: labels, capacity, taints, cordon."""
+
+    labels: Mapping[str, str]
+    allocatable: Resources
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+
+
+def basics(obj: Mapping[str, Any]) -> Basics:
+    """A node's labels, allocatable CPU, memory and pods, taints; ValueError or TypeError naming the field."""
+    spec, status = mapping(obj.get("spec"), "spec"), mapping(obj.get("status"), "status")
+    alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
+    allocatable = Resources(
+        math.ceil(quantity_at(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
+        math.ceil(quantity_at(alloc.get("memory", 0), "status.allocatable.memory")),
+        int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
+    )
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
+        for t in maps(spec.get("taints"), "spec.taints")
+    )
+    labels = mapping(meta_of(obj).get("labels"), "metadata.labels")
+    return Basics({str(k): str(v) for k, v in labels.items()}, allocatable, taints, bool(spec.get("unschedulable")))
+
+
+@dataclass(frozen=True)
 class _Capacity:
     allocatable: Resources
     extended: Mapping[str, int]  # NVIDIA's resources and the VRAM resource, as counts
@@ -249,23 +276,15 @@ class _Capacity:
 
 def _capacity(obj: Mapping[str, Any], ctx: NodeContext) -> _Capacity:
     """Allocatable, the GPU resources, the taints; ValueError or TypeError naming the field."""
-    spec, status = mapping(obj.get("spec"), "spec"), mapping(obj.get("status"), "status")
+    b = basics(obj)
+    status = mapping(obj.get("status"), "status")
     alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
-    allocatable = Resources(
-        math.ceil(quantity_at(alloc.get("cpu", 0), "status.allocatable.cpu") * 1000),
-        math.ceil(quantity_at(alloc.get("memory", 0), "status.allocatable.memory")),
-        int(quantity_at(alloc.get("pods", 110), "status.allocatable.pods")),
-    )
     extended = {
         str(k): ctx.extended(str(k), v)
         for k, v in alloc.items()
         if is_nvidia(str(k)) or k == ctx.settings.vram_resource
     }
-    taints = tuple(
-        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
-        for t in maps(spec.get("taints"), "spec.taints")
-    )
-    return _Capacity(allocatable, extended, taints, bool(spec.get("unschedulable")))
+    return _Capacity(b.allocatable, extended, b.taints, b.unschedulable)
 
 
 def _gpu_model(

@@ -17,19 +17,19 @@ from typing import Any
 
 import yaml
 
+from migctl.adapters.dra.snapshot import DRA_KINDS, DraReading, dra_node, read_dra, with_claims
 from migctl.adapters.fields import short
 from migctl.adapters.memo import ConversionMemo, NodeOutcome, PodOutcome
 from migctl.adapters.nodes import NodeContext, node_from_object, offers
 from migctl.adapters.pods import Doubts, Shapes, meta_of, pod_from_object
 from migctl.adapters.safe_yaml import UnsafeInputError, load_documents
+from migctl.core.dra.devices import NodePool
 from migctl.core.hardware.catalog import Catalog
 from migctl.core.migparted.config import parse
-from migctl.core.model.cluster import Pod, Snapshot
+from migctl.core.model.cluster import Node, Pod, Snapshot
 from migctl.core.model.settings import GpuOperatorSettings, PlannerSettings
 from migctl.errors import InputError
-from migctl.wire.names import (
-    FALLBACK_SCHEDULER,
-)
+from migctl.wire.names import FALLBACK_SCHEDULER, opts_in_place
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -39,6 +39,7 @@ class _Objects:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     configmaps: list[dict[str, Any]] = field(default_factory=list)
+    dra: list[Mapping[str, Any]] = field(default_factory=list)  # ResourceSlices, claims, DeviceClasses, ...
 
 
 def load_objects(path: Path) -> list[dict[str, Any]]:
@@ -83,6 +84,8 @@ def _sort(objects: Iterable[Mapping[str, Any]], source: str) -> _Objects:
             out.nodes.append(obj if type(obj) is dict else dict(obj))
         elif kind == "ConfigMap":
             out.configmaps.append(obj if type(obj) is dict else dict(obj))
+        elif kind in DRA_KINDS:
+            out.dra.append(obj)
         elif kind is None:
             raise InputError(source, f"items[{i}].kind: missing; expected Node, Pod or ConfigMap objects")
     return out
@@ -106,9 +109,23 @@ def snapshot_from_objects(
     memo: ConversionMemo | None = None,
     in_place: Callable[[Mapping[str, str]], bool] | None = None,
 ) -> Snapshot:
-    """The planner's view of `objects`. With `memo` (the controller's), an object version converted for the
-    last snapshot is not converted again (memo.py); the snapshot is the same either way. `in_place(labels)`:
-    nodes the config's selector puts on the in-place path (besides those labelled migctl.io/actuation)."""
+    """The planner's view of `objects` (`read_cluster`, without the DRA reading beside it)."""
+    return read_cluster(objects, catalog, settings, operator, source, memo, in_place)[0]
+
+
+def read_cluster(
+    objects: Iterable[Mapping[str, Any]],
+    catalog: Catalog,
+    settings: PlannerSettings | None = None,
+    operator: GpuOperatorSettings | None = None,
+    source: str = "snapshot",
+    memo: ConversionMemo | None = None,
+    in_place: Callable[[Mapping[str, str]], bool] | None = None,
+) -> tuple[Snapshot, DraReading]:
+    """The planner's view of `objects`, and what migctl read of their DRA objects (empty without any). With
+    `memo` (the controller's), an object version converted for the last snapshot is not converted again
+    (memo.py); the snapshot is the same either way. `in_place(labels)`: whether a node opts into migctl's agent
+    (the reconcile's reading of the label and the config's selector)."""
     settings = settings or PlannerSettings()
     operator = operator or GpuOperatorSettings()
     remembered = memo is not None  # without a memo (a snapshot file), nothing is looked up or kept
@@ -124,6 +141,7 @@ def snapshot_from_objects(
     unreadable: dict[str, list[str]] = {}  # node -> running pods on it that cannot be read
     doubted: dict[str, list[tuple[str, str, str]]] = {}  # node -> (pod, resource, why) of unreadable GPU values
     pods: list[Pod] = []
+    pod_objs: dict[str, Mapping[str, Any]] = {}
     shapes: Shapes = {}  # pods that request alike (replicas) are read once (`pod_from_object`)
     metas = [meta_of(o) for o in objs.pods]
     pod_keys = [f"{m.get('namespace') or 'default'}/{m.get('name') or '?'}" for m in metas]
@@ -162,6 +180,10 @@ def snapshot_from_objects(
         if pod.pending and pod.scheduler_name == FALLBACK_SCHEDULER:
             continue  # placed by migctl's VRAM-unit scheduler on non-MIG GPUs, not by MIG planning
         pods.append(pod)
+        pod_objs[key] = obj
+    dra = read_dra(objs.dra, catalog) if objs.dra else DraReading()
+    if objs.dra:
+        pods, dra = with_claims(pods, pod_objs, dra, catalog, rejected, ctx)
     for cm in objs.configmaps:
         meta = meta_of(cm)
         if meta.get("name") == operator.configmap_name and meta.get("namespace") == operator.configmap_namespace:
@@ -193,9 +215,15 @@ def snapshot_from_objects(
     nodes = []
     node_names = [str(meta_of(o).get("name")) for o in objs.nodes]
     last_node = {k: i for i, k in enumerate(node_names)}
+    opted_in = in_place or opts_in_place
     for i, (name, obj) in enumerate(zip(node_names, objs.nodes, strict=True)):
         if last_node[name] != i:
             ctx.warn(f"node {name}", "listed more than once; the last copy counts", "Node")
+            continue
+        if name in dra.pools:  # NVIDIA's DRA driver serves its GPUs: its slices say what they hold
+            node_or_none = _dra_node(obj, dra.pools[name], by_node.get(name, ()), dra, settings, opted_in, ctx)
+            if node_or_none is not None:
+                nodes.append(node_or_none)
             continue
         for pod_key, res, why in doubted.pop(name, ()):
             if offers(obj, res):  # it may hold a device the node offers: the node's usage is unknown
@@ -221,8 +249,31 @@ def snapshot_from_objects(
     for name, doubts in doubted.items():  # bound to a node the snapshot does not have
         for pod_key, _, why in doubts:
             ctx.warn(f"pod {pod_key}", f"{why}; ignored (node {name} is not in the snapshot)", "Pod")
+    known = set(node_names)
+    for name, pool in sorted(dra.pools.items()):  # a pool whose Node object the snapshot lacks
+        if name not in known and (n := _dra_node(None, pool, by_node.get(name, ()), dra, settings, opted_in, ctx)):
+            nodes.append(n)
     memo.end()
-    return Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected), tuple(ctx.problems))
+    snapshot = Snapshot(tuple(nodes), tuple(pods), tuple(warnings), tuple(rejected), tuple(ctx.problems))
+    return snapshot, dra
+
+
+def _dra_node(
+    obj: Mapping[str, Any] | None,
+    pool: NodePool,
+    pods: Iterable[Pod],
+    dra: DraReading,
+    settings: PlannerSettings,
+    opted_in: Callable[[Mapping[str, str]], bool],
+    ctx: NodeContext,
+) -> Node | None:
+    try:
+        node, why = dra_node(obj, pool, pods, dra, settings, opted_in)
+    except OBJECT_ERRORS as e:
+        node, why = None, f"unreadable ({_why(e)})"
+    if node is None:
+        ctx.warn(f"node {pool.node}", f"{why}; node skipped", "Node")
+    return node
 
 
 def _convert_pod(obj: Mapping[str, Any], settings: PlannerSettings, shapes: Shapes) -> PodOutcome:

@@ -47,14 +47,14 @@ Action = Start | Hold
 
 def routes(facts: Collection[NodeFacts], settings: ControllerSettings) -> dict[str, Path]:
     selector = settings.in_place_selector
-    return {f.name: path_of(f.labels, selector) for f in facts}
+    return {f.name: path_of(f.labels, selector, f.dra) for f in facts}
 
 
 def refusals(facts: Collection[NodeFacts], settings: ControllerSettings) -> dict[str, Reason]:
     """Nodes whose path must not act on them, with why: they are frozen for the planner."""
     out = {}
     for f in facts:
-        why = path_of(f.labels, settings.in_place_selector).refusal(f.labels, f.annotations, settings)
+        why = path_of(f.labels, settings.in_place_selector, f.dra).refusal(f.labels, f.annotations, settings)
         if why is not None:
             out[f.name] = why
     return out
@@ -112,7 +112,7 @@ class Windows:
         """(the paths whose changes may start now, when to look again for the others (None: no need), whether
         the plan is final enough to report the pods it leaves out). Every window sees every reconcile's demand."""
         observed = {path: w.observe(demand, now) for path, w in self.by_path.items()}
-        changing = {route.get(n.name, STOCK).name for n in plan.nodes if n.changed}
+        changing = {path.name for n in plan.nodes if n.changed and (path := route.get(n.name, STOCK)).actuates}
         ready = frozenset(path for path in changing if observed[path][0])
         dues = [due for path in changing - ready if (due := observed[path][1]) is not None]
         report = bool(ready) or (not changing and observed[STOCK.name][0])
@@ -141,6 +141,7 @@ def decide(
     evictions: dict[str, list[str]] = {}
     for e in plan.evictions:
         evictions.setdefault(e.node, []).append(e.pod)
+    changed = [n for n in changed if route.get(n.name, STOCK).actuates]  # elsewhere the plan needs no start
     by_path: dict[str, list[NodePlan]] = {name: [] for name in PATHS}
     for n in changed:
         by_path[route.get(n.name, STOCK).name].append(n)

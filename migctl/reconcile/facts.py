@@ -24,6 +24,7 @@ class NodeFacts:
     annotations: Mapping[str, str] = field(default_factory=dict)
     tainted: bool = False  # carries migctl's reconfiguring taint
     known: NodeRecord | None = None  # the record, where the caller holds it as a value
+    dra: str = ""  # the snapshot's `Node.dra`: how NVIDIA's DRA driver serves the node's GPUs ("" not at all)
 
     @property
     def record(self) -> NodeRecord:

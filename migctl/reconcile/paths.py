@@ -3,7 +3,10 @@ node, how it fences the GPUs it changes, and what it can carry out of a planned 
 
 A node takes one path (`path_of`): the stock path through the GPU Operator's mig-manager by default, or the
 in-place path where the node opts in (`migctl.io/actuation=in-place`, or `controller.in_place_node_selector`).
-A new path is one more record here and its executor; the reconcile reads only these fields.
+A node whose GPUs NVIDIA's DRA driver serves takes a DRA path whatever its labels: `dra` (static MIG: migctl's
+agent re-cuts free instances, one GPU fenced by DeviceTaintRules, the driver's plugin restarted) or `dynamic-mig`
+(the driver makes partitions itself: migctl only fences first-fit's bad choices and never actuates). A new path
+is one more record here and its executor; the reconcile reads only these fields.
 
 Why the in-place path refuses (frozen for the planner, one Event): something else would also change the node's
 MIG instances: the GPU Operator's mig-manager (it re-applies its label's layout whenever its pod starts, and
@@ -21,7 +24,7 @@ from migctl.config import ControllerSettings
 from migctl.config.selector import LabelSelector
 from migctl.core.model.plan import NodePlan
 from migctl.reconcile.reasons import Code, Reason
-from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, IN_PLACE, MIG_MANAGER, opts_in_place
+from migctl.wire.names import ACTUATION, DEPLOY_MIG_MANAGER, DRA, DYNAMIC, IN_PLACE, MIG_MANAGER, opts_in_place
 
 
 class Fence(StrEnum):
@@ -95,6 +98,32 @@ def in_place_refusal(labels: Mapping[str, str], annotations: Mapping[str, str], 
     return conflict(labels, annotations, s)
 
 
+def dra_refusal(labels: Mapping[str, str], annotations: Mapping[str, str], s: ControllerSettings) -> Reason | None:
+    """A static-MIG DRA node: refused where mig-manager runs (ClusterPolicy beside a standalone DRA driver) or
+    another component manages its MIG instances."""
+    if labels.get(DEPLOY_MIG_MANAGER) == "true":
+        return Reason(
+            Code.REFUSED,
+            f"refusing the dra path: {DEPLOY_MIG_MANAGER}=true: the GPU Operator's mig-manager would re-apply its own "
+            f"layout; set {DEPLOY_MIG_MANAGER}=false, or remove {ACTUATION}={IN_PLACE} to leave the node's MIG "
+            "devices as they are",
+        )
+    return conflict(labels, annotations, s)
+
+
+def dynamic_refusal(labels: Mapping[str, str], annotations: Mapping[str, str], s: ControllerSettings) -> Reason | None:
+    """A DynamicMIG node opted into migctl's agent: refused, since the driver destroys the partitions it did not
+    create (migctl still steers it where the node is not opted in)."""
+    if opts_in_place(labels):
+        return Reason(
+            Code.REFUSED,
+            f"refusing {ACTUATION}={IN_PLACE}: this node's DRA driver runs DynamicMIG, which destroys MIG partitions "
+            f"it did not create; remove the {ACTUATION} label (migctl then steers its first-fit allocator with "
+            "DeviceTaintRules) or turn DynamicMIG off in the driver's feature gates",
+        )
+    return None
+
+
 Refusal = Callable[[Mapping[str, str], Mapping[str, str], ControllerSettings], Reason | None]
 
 
@@ -102,7 +131,8 @@ Refusal = Callable[[Mapping[str, str], Mapping[str, str], ControllerSettings], R
 class Path:
     """One actuation path. `re_cuts_busy`: the planner may re-cut the free part of a busy GPU (placements exact:
     the node's agent reports every instance where it sits); `evicts`, `flips_mig_mode`: what of a planned change
-    the path can carry out."""
+    the path can carry out; `actuates`: False where the plan's changes happen without migctl (DynamicMIG makes
+    each partition at allocation), so a changed node there is neither started nor held."""
 
     name: str
     fence: Fence
@@ -111,6 +141,12 @@ class Path:
     re_cuts_busy: bool
     rails: Callable[[ControllerSettings], Rails]
     refusal: Refusal
+    actuates: bool = True
+
+    @property
+    def steers(self) -> bool:
+        """Its GPUs' changes happen at allocation, steered by fences (DynamicMIG)."""
+        return not self.actuates and self.fence is Fence.DEVICE_TAINT
 
     def cannot(self, node_plan: NodePlan, evictions: tuple[str, ...]) -> Reason | None:
         """What this path cannot carry out of a planned node change (None: it can)."""
@@ -129,10 +165,17 @@ class Path:
 
 STOCK = Path(MIG_MANAGER, Fence.NODE_TAINT, True, True, False, stock_rails, no_refusal)
 IN_PLACE_PATH = Path(IN_PLACE, Fence.NODE_TAINT, False, False, True, in_place_rails, in_place_refusal)
-PATHS: Mapping[str, Path] = {p.name: p for p in (STOCK, IN_PLACE_PATH)}
+DRA_STATIC = Path(DRA, Fence.DEVICE_TAINT, False, False, True, in_place_rails, dra_refusal)
+DYNAMIC_MIG = Path(DYNAMIC, Fence.DEVICE_TAINT, False, False, True, in_place_rails, dynamic_refusal, actuates=False)
+PATHS: Mapping[str, Path] = {p.name: p for p in (STOCK, IN_PLACE_PATH, DRA_STATIC, DYNAMIC_MIG)}
 
 
-def path_of(labels: Mapping[str, str], selector: LabelSelector) -> Path:
-    """The path of a node: in place where its label or the config's selector opts it in, else the stock path.
-    The one reading of the opt-in (the snapshot's `Node.in_place` is `path_of(...).re_cuts_busy`)."""
+def path_of(labels: Mapping[str, str], selector: LabelSelector, dra: str = "") -> Path:
+    """The path of a node: a DRA path where NVIDIA's DRA driver serves its GPUs (`dra`: the snapshot's
+    `Node.dra`), else in place where its label or the config's selector opts it in, else the stock path. The one
+    reading of the opt-in (the snapshot's `Node.in_place` is `path_of(...).re_cuts_busy`)."""
+    if dra == "dynamic":
+        return DYNAMIC_MIG
+    if dra == "static":
+        return DRA_STATIC
     return IN_PLACE_PATH if opts_in_place(labels) or selector.matches(labels) else STOCK

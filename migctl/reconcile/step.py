@@ -11,7 +11,9 @@ The order, each on the result of the one before:
      turns the plan into starts and holds; a start that could destroy an instance a claimed pod may get waits
      a reconcile (`queue_claims.collisions`);
   6. the queue gate's lifts (`core/queue_gate.py`): everyone when migctl does not act (paused, dry run), else
-     what the rule releases, plus the gated pods the snapshot does not hold.
+     what the rule releases, plus the gated pods the snapshot does not hold;
+  7. on DynamicMIG nodes, the fences that make the DRA allocator's first fit take the plan's placements
+     (`core/dra/fences.py`): what the plan reserves there, the pending claims in the scheduler's queue order.
 What the executors do with the `Outcome` (workers and Events live, the model's state in the simulator) is theirs.
 """
 
@@ -23,12 +25,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from migctl.config import ControllerSettings
+from migctl.core.dra.claims import ClaimSpec, DeviceClassSpec
+from migctl.core.dra.devices import DeviceId, Mode, NodePool
+from migctl.core.dra.fences import FencePlan, plan_fences
+from migctl.core.dra.reservations import reservations
 from migctl.core.model.cluster import Snapshot
 from migctl.core.model.plan import Plan
-from migctl.core.queue_claims import NONE, Claims, claim, claimed, collisions
+from migctl.core.queue_claims import NONE, Claims, claim, claimed, collisions, queue_order
 from migctl.core.queue_gate import UNPLANNED, Lift, lifts, release_all
 from migctl.reconcile.decide import Action, Start, Windows, decide, freeze, frozen_nodes, hold_burst, routes
 from migctl.reconcile.facts import NodeFacts
+from migctl.reconcile.paths import STOCK, Path
 from migctl.reconcile.reasons import Reason
 
 
@@ -60,6 +67,21 @@ class Facts:
     protected_pods: frozenset[str] = frozenset()
     evictions_last_hour: int = 0
     strays: tuple[str, ...] = ()
+    dra: DraFacts | None = None
+
+
+@dataclass(frozen=True)
+class DraFacts:
+    """What the fences on DynamicMIG nodes read beyond the snapshot. `queue`: each pending pod's claims still to
+    allocate, by pod key; `fences`: per node, the devices migctl's DeviceTaintRules fence now; `cap`: the most
+    fences one node may hold (`controller.dra_max_fences_per_node`)."""
+
+    pools: Mapping[str, NodePool] = field(default_factory=dict)
+    classes: Mapping[str, DeviceClassSpec] = field(default_factory=dict)
+    queue: Mapping[str, tuple[ClaimSpec, ...]] = field(default_factory=dict)
+    allocated: frozenset[DeviceId] = frozenset()
+    fences: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    cap: int = 32
 
 
 def plan_id(plan: Plan) -> str:
@@ -87,6 +109,7 @@ class Outcome:
     batch_due: float | None = None
     report_unplaced: bool = False
     frozen: Mapping[str, str] = field(default_factory=dict)
+    fences: Mapping[str, FencePlan] = field(default_factory=dict)  # DynamicMIG node -> its fences now
 
     @property
     def starts(self) -> tuple[Start, ...]:
@@ -145,6 +168,7 @@ def step(
             starting = {a.node for a in actions if isinstance(a, Start)}
             lifted = lifts(whole, plan, starting, clock.wall, settings.queue_gate_max_hold_s, claims)
         lifted += [Lift(key, None, UNPLANNED) for key in facts.strays]
+    fences = steer(facts, plan, planned, route) if facts.dra is not None and acting else {}
     return Outcome(
         plan=plan,
         plan_id=pid,
@@ -159,4 +183,26 @@ def step(
         batch_due=batch_due,
         report_unplaced=report,
         frozen=frozen,
+        fences=fences,
     )
+
+
+def steer(facts: Facts, plan: Plan, planned: Snapshot, route: Mapping[str, Path]) -> dict[str, FencePlan]:
+    """Per DynamicMIG node, the fences that make first fit take the plan's placements; a node whose plan reserves
+    nothing keeps no fence (its existing ones are lifted)."""
+    dra = facts.dra
+    assert dra is not None
+    by_name = {n.name: n for n in planned.nodes}
+    plans = {n.name: n for n in plan.nodes}
+    queue = [dra.queue[p.key] for p in queue_order(planned.pending) if p.key in dra.queue]
+    out: dict[str, FencePlan] = {}
+    for name, pool in sorted(dra.pools.items()):
+        node = by_name.get(name)
+        if node is None or not route.get(name, STOCK).steers or pool.mode is not Mode.DYNAMIC:
+            continue
+        node_plan = plans.get(name)
+        wanted = reservations(node, node_plan) if node_plan is not None else ()
+        out[name] = plan_fences(
+            pool, queue, dra.classes, wanted, allocated=dra.allocated, fences=dra.fences.get(name, ()), cap=dra.cap
+        )
+    return out

@@ -39,6 +39,14 @@ RECONFIGURING = PREFIX + "reconfiguring"  # the taint migctl sets on a node whil
 ACTUATION = PREFIX + "actuation"  # node label: `in-place` opts the node in; absent or `mig-manager`: the stock path
 IN_PLACE = "in-place"
 MIG_MANAGER = "mig-manager"  # the stock path's name (the label's other value)
+DRA = "dra"  # the path of a static-MIG DRA node opted in (the same label value `in-place` opts it in)
+DYNAMIC = "dynamic-mig"  # the path of a DynamicMIG node: fences only, no actuation
+# DeviceTaintRules migctl owns (resource.k8s.io/v1): labelled with the node they fence and why; their taint keys
+FENCE_NODE = PREFIX + "fence-node"  # label: the node whose devices the rule fences
+FENCE_PURPOSE = PREFIX + "fence-purpose"  # label: `reshape` (a static-MIG GPU being changed) or `placement`
+RESHAPE_TAINT = PREFIX + "reshaping"  # taint key on the devices of a GPU migctl's agent re-cuts (static MIG)
+PLACEMENT_TAINT = PREFIX + "placement"  # taint key on a DynamicMIG device first fit must not take (a bad choice)
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver (ResourceSlice spec.driver, its DeviceClasses)
 
 IN_PLACE_TARGET = PREFIX + "in-place-target"  # controller -> agent: the per-GPU instances to reach, with a plan id
 IN_PLACE_STATUS = PREFIX + "in-place-status"  # agent -> controller: applied, blocked or failed, and what GPUs hold

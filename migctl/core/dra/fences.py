@@ -26,9 +26,9 @@ from migctl.core.dra.claims import ClaimSpec, DeviceClassSpec
 from migctl.core.dra.devices import Device, DeviceId, Mode, NodePool
 from migctl.core.dra.firstfit import Choice, Prediction, predict
 from migctl.core.model.cluster import Taint
+from migctl.wire.names import PLACEMENT_TAINT
 
-FENCE_KEY = "migctl.io/placement"  # the lead may move this to migctl/wire/names.py
-FENCE = Taint(FENCE_KEY, "reserved", "NoSchedule")
+FENCE = Taint(PLACEMENT_TAINT, "reserved", "NoSchedule")
 DEFAULT_CAP = 32
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from migctl.core.dra.fences import FENCE_KEY, Reservation, conflict, plan_fences
+from migctl.core.dra.fences import Reservation, conflict, plan_fences
 from migctl.core.dra.firstfit import Choice
 from migctl.core.hardware.gpu_model import Catalog
 from migctl.core.model.cluster import Toleration
+from migctl.wire.names import PLACEMENT_TAINT as FENCE_KEY
 from tests.unit.core.dra.helpers import MIG, claim, classes, exact, pool, profile_cel, profile_claim
 
 ONE_G = [f"gpu-0-mig-1g10gb-19-{s}" for s in range(7)]
