@@ -12,10 +12,12 @@ from typing import Any
 
 import click
 
-from migctl.adapters.objects import snapshot_from_objects
+from migctl.adapters.dra.snapshot import DraReading
+from migctl.adapters.objects import read_cluster
 from migctl.cli.inputs import CONFIG_FROM_CLUSTER_OPTION, read_inputs
 from migctl.cli.output import FORMAT_OPTION, Command, SharedRow, emit, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
+from migctl.config import ControllerSettings
 from migctl.config.fallback import FallbackSettings
 from migctl.core.forecast.estimate import forecast
 from migctl.core.hardware.catalog import Catalog, load_catalog
@@ -25,6 +27,10 @@ from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.plan import Plan
 from migctl.core.model.settings import PlannerSettings
 from migctl.core.planner import plan as make_plan
+from migctl.reconcile.decide import routes
+from migctl.reconcile.facts import NodeFacts
+from migctl.reconcile.paths import opted_in
+from migctl.reconcile.step import DraFacts, Facts, steer
 
 EXAMPLE = "cluster-snapshot.yaml"
 
@@ -93,23 +99,65 @@ def plan_command(
         overrides["exact"] = cfg.planner.exact.thorough()
     settings = cfg.planner.model_copy(update=overrides)
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
+    selector = cfg.controller.in_place_selector
     with _kept_for_the_run():
-        snapshot = snapshot_from_objects(objects, catalog, settings, cfg.gpu_operator, source)
+        snapshot, dra = read_cluster(
+            objects, catalog, settings, cfg.gpu_operator, source, in_place=lambda labels: opted_in(labels, selector)
+        )
         result = make_plan(snapshot, settings)
     warnings = plan_warnings(objects, source, result)
     fallback = fallback_section(objects, catalog, settings, cfg.fallback, snapshot)
     vram = vram_requests_section(objects, snapshot, settings, cfg.webhook)
+    dra_section = dra_fences_section(snapshot, result, dra, cfg.controller)
     if output in ("json", "yaml"):
-        emit(output, {**result.to_dict(), "warnings": warnings, "fallback": fallback}, {"vram_requests": vram})
+        extra = {"warnings": warnings, "fallback": fallback, "dra": dra_section}
+        emit(output, {**result.to_dict(), **extra}, {"vram_requests": vram})
         return
     wide = output == "wide"
-    click.echo(render_text(result, source, len(snapshot.nodes), explain or wide, all_nodes, warnings, wide))
+    drivers = dra_section["nodes"]
+    click.echo(render_text(result, source, len(snapshot.nodes), explain or wide, all_nodes, warnings, wide, drivers))
+    if dra_section["nodes"]:
+        click.echo("\n" + render_dra(dra_section))
     if explain:  # the forecast the plan's spare instances were chosen for (the planner computes the same)
         click.echo("\n" + "\n".join(forecast(snapshot, settings).describe()))
     if fallback["nodes"] or fallback["pending_pods"]:
         click.echo("\n" + render_fallback(fallback, explain))
     if vram:
         click.echo("\n" + render_vram_requests(vram))
+
+
+def dra_fences_section(
+    snapshot: Snapshot, result: Plan, dra: DraReading, settings: ControllerSettings
+) -> dict[str, Any]:
+    """The DRA nodes (static or DynamicMIG) and, on each DynamicMIG node, the fences `migctl run` would set for
+    this plan (the controller's own rule, `reconcile.step.steer`): what a dry run cannot otherwise show."""
+    nodes = {n.name: n.dra for n in snapshot.nodes if n.dra}
+    if not nodes:
+        return {"nodes": {}, "fences": {}}
+    facts = {n.name: NodeFacts(n.name, n.labels, dra=n.dra) for n in snapshot.nodes}
+    step_facts = Facts(snapshot, facts, dra=DraFacts(dra.pools, dra.classes, dra.queue, dra.allocated, dra.fences))
+    fences = steer(step_facts, result, snapshot, routes(facts.values(), settings))
+    return {
+        "nodes": dict(sorted(nodes.items())),
+        "fences": {
+            n: {"add": list(f.add), "keep": list(f.keep), "lift": list(f.lift), "capped": f.capped}
+            for n, f in sorted(fences.items())
+        },
+    }
+
+
+def render_dra(section: dict[str, Any]) -> str:
+    lines = ["DRA nodes (NVIDIA's DRA driver serves their GPUs):"]
+    for name, mode in section["nodes"].items():
+        f = section["fences"].get(name)
+        what = "DynamicMIG: migctl steers first fit" if mode == "dynamic" else "static MIG devices"
+        lines.append(f"  {name}: {what}")
+        if f and (f["add"] or f["keep"] or f["lift"]):
+            fenced = [*f["keep"], *f["add"]]
+            lift = f"; lift {', '.join(f['lift'])}" if f["lift"] else ""
+            capped = " (cap reached)" if f["capped"] else ""
+            lines.append(f"    would fence {len(fenced)} device(s): {', '.join(fenced) or '-'}{lift}{capped}")
+    return "\n".join(lines)
 
 
 _EXPECTED = "nothing to plan (expected Nodes and Pods, e.g. kubectl get nodes,pods,configmaps -A -o yaml)"
@@ -168,6 +216,7 @@ def render_text(
     all_nodes: bool,
     warnings: Sequence[str] | None = None,
     wide: bool = False,
+    dra: Mapping[str, str] | None = None,
 ) -> str:
     """The human form of a plan: per node and GPU, current -> target, who each instance serves; `wide` adds each
     instance's size. `warnings`: the plan's own when None (`plan_warnings` adds the input's)."""
@@ -181,7 +230,9 @@ def render_text(
             continue
         model = n.gpus[0].model if n.gpus else "?"
         head = f"node {n.name} ({model} x{len(n.gpus)})"
-        lines.append(head + (f"  -> mig-parted config {n.config_name}" if n.changed else "  (layout unchanged)"))
+        how = {"dynamic": "  -> made by DynamicMIG at allocation (migctl fences)", "static": "  -> in place, dra path"}
+        change = how.get((dra or {}).get(n.name, ""), f"  -> mig-parted config {n.config_name}")
+        lines.append(head + (change if n.changed else "  (layout unchanged)"))
         for g in n.gpus:
             if g.changed:
                 lines.append(

@@ -32,14 +32,17 @@ from migctl.core.hardware.geometry import describe
 from migctl.core.model.cluster import Node, Snapshot
 from migctl.core.model.gpu_config import GpuConfig
 from migctl.reconcile.nodestate import PHASE_ANNOTATIONS, read_state
+from migctl.reconcile.paths import opted_in, path_of
 from migctl.wire import inplace
-from migctl.wire.names import ACTUATION, GPU_PRODUCT, IN_PLACE, IN_PLACE_STATUS, LAST_ERROR
+from migctl.wire.names import GPU_PRODUCT, IN_PLACE_STATUS, LAST_ERROR
 
-STOCK = "mig-manager"  # the actuation path of a node without the label (the GPU Operator's mig-manager)
+NO_SELECTOR = LabelSelector.parse("")
+
+
 NONE = "<none>"  # what `kubectl get` prints for an empty cell
 ERROR_WIDTH = 60  # the text table's last-error column; -o json has it whole
 HEADERS = ("NODE", "MODELS", "ACTUATION", "LAYOUT", "PHASE", "SINCE", "LAST-ERROR")
-WIDE_HEADERS = (*HEADERS[:-1], "GPUS", "AGENT", "FROZEN", "LAST-ERROR")  # -o wide; LAST-ERROR whole, last
+WIDE_HEADERS = (*HEADERS[:-1], "DRIVER", "GPUS", "AGENT", "FROZEN", "LAST-ERROR")  # -o wide; LAST-ERROR whole, last
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ class NodeStatus:
 
     node: str
     models: list[str]
-    actuation: str
+    actuation: str  # the node's path: mig-manager, in-place, dra or dynamic-mig
+    driver: str  # what hands its GPUs to pods: device-plugin, dra-static or dra-dynamic
     gpus: list[dict[str, Any]]  # [{"index": 0, "mig_enabled": True, "instances": {"3g.40gb": 1}}]; [] if unknown
     target: list[dict[str, Any]] | None  # the GPUs an in-flight change is reaching, same shape (None: no change)
     phase: str | None  # the controller's phase while it changes the node, else None
@@ -64,6 +68,7 @@ class NodeStatus:
             "node": self.node,
             "models": self.models,
             "actuation": self.actuation,
+            "driver": self.driver,
             "gpus": self.gpus,
             "target": self.target,
             "phase": self.phase,
@@ -132,18 +137,24 @@ def _map(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def node_status(obj: Mapping[str, Any], node: Node | None, now: float, problem: str = "") -> NodeStatus:
-    """One node's status from its object and, when the snapshot could read it, its snapshot node."""
+def node_status(
+    obj: Mapping[str, Any], node: Node | None, now: float, problem: str = "", selector: LabelSelector = NO_SELECTOR
+) -> NodeStatus:
+    """One node's status from its object and, when the snapshot could read it, its snapshot node; its path is the
+    reconcile's reading (`reconcile.paths.path_of`: the label, the config's selector, how DRA serves it)."""
     meta = meta_of(obj)
     annotations, labels = _map(meta, "annotations"), _map(meta, "labels")
     state = read_state(annotations, now)
     in_flight = state.in_flight
-    in_place = node.in_place if node is not None else labels.get(ACTUATION) == IN_PLACE
+    dra = node.dra if node is not None else ""
+    path = path_of({str(k): str(v) for k, v in labels.items()}, selector, dra)
+    in_place = path.re_cuts_busy and path.actuates
     last_error = annotations.get(LAST_ERROR)
     return NodeStatus(
         node=str(meta.get("name") or ""),
         models=_models(node) if node is not None else [],
-        actuation=IN_PLACE if in_place else STOCK,
+        actuation=path.name,
+        driver={"": "device-plugin", "static": "dra-static", "dynamic": "dra-dynamic"}[dra],
         gpus=_layouts({g.index: g.config for g in node.gpus}) if node is not None else [],
         target=_layouts(state.target.gpus) if in_flight and state.target is not None else None,
         phase=state.phase if in_flight else None,
@@ -161,6 +172,7 @@ def statuses(
     now: float,
     names: Sequence[str] = (),
     selector: LabelSelector | None = None,
+    in_place: LabelSelector = NO_SELECTOR,
 ) -> list[NodeStatus]:
     """Every GPU node of the snapshot, and every other node that carries migctl's phase or last-error annotations
     (a node the snapshot skipped, e.g. for a bad label, may still be mid-change), sorted by name; only those in
@@ -177,7 +189,7 @@ def statuses(
             continue
         ours = any(k in _map(meta, "annotations") for k in (*PHASE_ANNOTATIONS, LAST_ERROR))
         if name in nodes or ours:
-            out[name] = node_status(obj, nodes.get(name), now, problems.get(name, ""))
+            out[name] = node_status(obj, nodes.get(name), now, problems.get(name, ""), in_place)
     return [out[k] for k in sorted(out)]
 
 
@@ -213,8 +225,8 @@ def _cut(text: str, width: int) -> str:
 
 
 def render_table(rows: Sequence[NodeStatus], now: float, wide: bool = False) -> str:
-    """kubectl get's table; `wide` adds the GPU count, the in-place agent's state, why the planner leaves the
-    node alone, and the last error uncut."""
+    """kubectl get's table; `wide` adds what hands the GPUs to pods (device plugin or DRA), the GPU count, the
+    in-place agent's state, why the planner leaves the node alone, and the last error uncut."""
     cells: list[tuple[str, ...]] = []
     for r in rows:
         phase = NONE if r.phase is None else (r.phase or "?") + (" (unreadable)" if r.phase_problem else "")
@@ -228,7 +240,7 @@ def render_table(rows: Sequence[NodeStatus], now: float, wide: bool = False) -> 
             continue
         agent = NONE if not r.in_place_status else str(r.in_place_status.get("state") or "unreadable")
         frozen = _cut(r.frozen, ERROR_WIDTH) if r.frozen else NONE
-        cells.append((*head, str(len(r.gpus)), agent, frozen, error))
+        cells.append((*head, r.driver, str(len(r.gpus)), agent, frozen, error))
     return table(WIDE_HEADERS if wide else HEADERS, cells)
 
 
@@ -297,9 +309,12 @@ def status_command(
     inputs = read_inputs(snapshot_file, kubeconfig, context, config_file, config_from_cluster)
     cfg, objects, source = inputs.cfg, inputs.objects, inputs.source
     catalog = load_catalog([*cfg.profiles_dirs, *profiles_dirs])
-    snapshot = snapshot_from_objects(objects, catalog, cfg.planner, cfg.gpu_operator, source)
+    opted = cfg.controller.in_place_selector
+    snapshot = snapshot_from_objects(
+        objects, catalog, cfg.planner, cfg.gpu_operator, source, in_place=lambda labels: opted_in(labels, opted)
+    )
     now = time.time()
-    rows = statuses(objects, snapshot, now, names, selector)
+    rows = statuses(objects, snapshot, now, names, selector, opted)
     if output in ("json", "yaml"):
         emit(output, {"source": source, "time": rfc3339(now), "nodes": [r.to_json() for r in rows]})
     else:

@@ -48,7 +48,7 @@ from migctl.core.planner import plan as make_plan
 from migctl.reconcile.decide import Start, Windows
 from migctl.reconcile.facts import NodeFacts, reserved_pods
 from migctl.reconcile.guards import EvictionLedger
-from migctl.reconcile.paths import IN_PLACE_PATH, STOCK, path_of
+from migctl.reconcile.paths import IN_PLACE_PATH, STOCK, opted_in
 from migctl.reconcile.reasons import Code
 from migctl.reconcile.step import Clock, Facts, Outcome, step
 from migctl.wire.names import HOSTNAME
@@ -91,7 +91,7 @@ class Controller(Workers):
         self.reporter = Reporter(self.metrics, self.events, self.settings)
         self.gates = Gates(self.metrics, self.events)
         selector = self.settings.in_place_selector
-        self.in_place = lambda labels: path_of(labels, selector).re_cuts_busy  # one object: the memo's key
+        self.in_place = lambda labels: opted_in(labels, selector)  # one object: the memo's key
         self.ledger = EvictionLedger()
         self.cache: ObjectCache = cache or ClusterCache(
             self._client(),

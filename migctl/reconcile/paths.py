@@ -179,3 +179,9 @@ def path_of(labels: Mapping[str, str], selector: LabelSelector, dra: str = "") -
     if dra == "static":
         return DRA_STATIC
     return IN_PLACE_PATH if opts_in_place(labels) or selector.matches(labels) else STOCK
+
+
+def opted_in(labels: Mapping[str, str], selector: LabelSelector) -> bool:
+    """Whether a node opts into migctl's agent: the label or the config's selector (the snapshot's reading of
+    `Node.in_place` on device-plugin nodes, and of the opt-in on static-MIG DRA nodes)."""
+    return path_of(labels, selector).re_cuts_busy

@@ -207,6 +207,17 @@ def test_pending_pods_get_a_new_layout_and_run(
         wait_for("the Reconfigured Event", lambda: on(node, "default", "MigctlReconfigured"), timeout=10)
         wait_for("the Planned Event on big-1", lambda: on("big-1", namespace, "MigctlPlanned", node), timeout=10)
 
+        def described(pod: str) -> set[str]:
+            """The Events `kubectl describe pod` shows: it selects by involvedObject name, namespace, kind and uid
+            (kubectl pkg/describe searchEvents), so an Event without the pod's uid is never shown."""
+            uid = core.read_namespaced_pod(pod, namespace).metadata.uid
+            selector = (f"involvedObject.name={pod},involvedObject.namespace={namespace},involvedObject.kind=Pod,"
+                        f"involvedObject.uid={uid}")  # fmt: skip
+            return {e.reason for e in core.list_namespaced_event(namespace, field_selector=selector).items}
+
+        wait_for("describe shows MigctlPlanned and MigctlReconfigured on big-1",
+                 lambda: {"MigctlPlanned", "MigctlReconfigured"} <= described("big-1"), timeout=10)  # fmt: skip
+
         port = ctl.metrics_port
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert "migctl_reconfigurations_succeeded_total 1.0" in body

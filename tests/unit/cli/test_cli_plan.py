@@ -97,14 +97,19 @@ def test_the_objects_are_read_once_for_plan_fallback_and_vram_sections(monkeypat
     from migctl.fallback import capacity
 
     calls: list[str] = []
-    real = objects.snapshot_from_objects
+    real, real_cluster = objects.snapshot_from_objects, objects.read_cluster
 
     def counting(*a: Any, **kw: Any) -> Any:
         calls.append("snapshot")
         return real(*a, **kw)
 
-    for module in (objects, plan_cli, capacity):
-        monkeypatch.setattr(module, "snapshot_from_objects", counting)
+    def counting_cluster(*a: Any, **kw: Any) -> Any:
+        calls.append("snapshot")
+        return real_cluster(*a, **kw)
+
+    monkeypatch.setattr(objects, "snapshot_from_objects", counting)
+    monkeypatch.setattr(capacity, "snapshot_from_objects", counting)
+    monkeypatch.setattr(plan_cli, "read_cluster", counting_cluster)
     code, out, _ = run("plan", "--example", "-o", "json")
     assert code == 0
     data = json.loads(out)
@@ -202,3 +207,23 @@ def test_output_yaml_is_the_json_document_and_wide_adds_sizes_and_reasons() -> N
     _, text, _ = run("plan", "--example")
     assert "instance 9984 MiB, need 7168 MiB" in wide and "instance 9984 MiB" not in text
     assert "batch/giant: asks for 204800 MiB" in wide and "(add --explain for the reasons)" not in wide
+
+
+def test_a_dry_run_on_a_dynamic_mig_node_shows_the_fences_migctl_would_set(tmp_path: Path) -> None:
+    """3g, 4g, 3g, 4g claims on a two-A100 DynamicMIG node (tests/unit/adapters/dra/test_dra_snapshot.py): the plan
+    JSON names the DRA node and the fences `migctl run` would set, the controller's own rule; the text says so."""
+    import yaml
+
+    from tests.unit.adapters.dra.test_dra_snapshot import claim_pod, cluster, profile, template
+
+    pods = [claim_pod(f"p{i}", t, f"2026-12-07T10:00:0{i}Z") for i, t in enumerate(["mid", "large", "mid", "large"])]
+    objs = [*cluster("dynamic", *pods), template("mid", profile("3g.20gb")), template("large", profile("4g.20gb"))]
+    f = tmp_path / "dra.yaml"
+    f.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objs}))
+    code, out, _ = run("plan", "--snapshot", str(f), "-o", "json")
+    assert code == 0
+    dra = json.loads(out)["dra"]
+    assert dra["nodes"] == {"n1": "dynamic"}
+    assert sorted(dra["fences"]["n1"]["add"]) == ["gpu-0-mig-3g20gb-9-0", "gpu-1-mig-3g20gb-9-0"]
+    code, text, _ = run("plan", "--snapshot", str(f))
+    assert code == 0 and "made by DynamicMIG at allocation" in text and "would fence 2 device(s)" in text

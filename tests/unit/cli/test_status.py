@@ -221,10 +221,10 @@ def test_wide_adds_the_gpu_count_the_agent_and_why_a_node_is_frozen(tmp_path: Pa
     code, out, _ = run_cli(tmp_path, opted, h100("idle"), args=("-o", "wide"))
     assert code == 0
     header, first, second = out.splitlines()
-    assert header.split() == ["NODE", "MODELS", "ACTUATION", "LAYOUT", "PHASE", "SINCE", "GPUS", "AGENT", "FROZEN",
-                              "LAST-ERROR"]  # fmt: skip
-    assert first.split()[0] == "idle" and first.split()[6:] == ["2", "<none>", "<none>", "<none>"]
-    assert second.split()[0] == "opted" and second.split()[6:8] == ["2", "applying"]
+    assert header.split() == ["NODE", "MODELS", "ACTUATION", "LAYOUT", "PHASE", "SINCE", "DRIVER", "GPUS", "AGENT",
+                              "FROZEN", "LAST-ERROR"]  # fmt: skip
+    assert first.split()[0] == "idle" and first.split()[6:] == ["device-plugin", "2", "<none>", "<none>", "<none>"]
+    assert second.split()[0] == "opted" and second.split()[6:9] == ["device-plugin", "2", "applying"]
     assert second.endswith(long_error)  # whole in wide; the plain table cuts it at 60
     _, plain, _ = run_cli(tmp_path, opted, h100("idle"))
     assert long_error not in plain
@@ -269,3 +269,22 @@ def test_set_based_selectors_are_refused_equality_based_read(tmp_path: Path, sel
 def test_a_bad_selector_term_names_itself(tmp_path: Path) -> None:
     code, _, err = run_cli(tmp_path, h100("a"), args=("-l", "pool=a b"))
     assert code == 2 and "error: " in err and "term 'pool=a b'" in err
+
+
+def test_a_dra_node_shows_its_path_and_driver(tmp_path: Path) -> None:
+    """A node whose GPUs NVIDIA's DRA driver serves (its ResourceSlices, tests/nvidia_slices.py) is a DRA node:
+    path dynamic-mig or dra, driver dra-dynamic or dra-static, beside a device-plugin node."""
+    from migctl.core.hardware.geometry import Placement
+    from tests.nvidia_slices import node_slices
+
+    model = load_catalog().model("a100-40gb")
+    bare = {"apiVersion": "v1", "kind": "Node", "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}}
+    dyn = {**bare, "metadata": {"name": "dyn", "labels": {}}}
+    sta = {**bare, "metadata": {"name": "sta", "labels": {}}}
+    seven = [Placement("1g.5gb", s, 1) for s in range(7)]
+    objects = [*node_slices("dyn", model, 1), *node_slices("sta", model, 1, mode="static", static_layouts=[seven])]
+    code, out, _ = run_cli(tmp_path, dyn, sta, h100("plain"), *objects, args=("-o", "json"))
+    assert code == 0
+    rows = {r["node"]: (r["actuation"], r["driver"]) for r in json.loads(out)["nodes"]}
+    assert rows == {"dyn": ("dynamic-mig", "dra-dynamic"), "sta": ("dra", "dra-static"),
+                    "plain": ("mig-manager", "device-plugin")}  # fmt: skip

@@ -72,3 +72,16 @@ def test_a_paused_controller_plans_but_starts_nothing() -> None:
     settle(c)
     assert c.last_plan is not None and c.last_plan.assignments
     assert not any(call.startswith("patch_node") for call in cluster.calls) and c.workers == {}
+
+
+def test_every_pod_event_names_the_pods_uid_as_kubectl_describe_selects_it() -> None:
+    """kubectl describe pod lists Events by involvedObject uid: a pod Event without it is invisible there. The
+    controller's and the actuator's pod Events (Planned, Reconfigured) carry the uid of the watched pod."""
+    cluster, clock = cluster_with_pending_pod(), FakeClock(tick=0.5)
+    cluster.pods["ns/want"]["metadata"]["uid"] = "uid-want"
+    c = controller(cluster, clock)
+    c.reconcile()
+    settle(c)
+    on_pod = [e for e in cluster.events if e["involvedObject"]["kind"] == "Pod"]
+    assert {e["reason"] for e in on_pod} >= {"MigctlPlanned", "MigctlReconfigured"}
+    assert all(e["involvedObject"].get("uid") == "uid-want" for e in on_pod)
