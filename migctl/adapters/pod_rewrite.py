@@ -15,6 +15,7 @@ from typing import Any
 from migctl.core.vram.choice import CHOICE_ANNOTATION, ContainerChoice, VramDecision, VramRules
 from migctl.core.vram.offers import PRODUCT_LABEL
 from migctl.wire import vram_choice
+from migctl.wire.names import QUEUE_GATE
 from migctl.wire.vram_choice import ContainerRecord, VramChoice
 
 
@@ -80,3 +81,9 @@ def apply(
     annotations[CHOICE_ANNOTATION] = vram_choice.encode(choice_record(decision, admission))
     meta["annotations"] = annotations
     return out
+
+
+def add_queue_gate(pod: dict[str, Any]) -> None:
+    """Append migctl's queue gate to the pod's scheduling gates (the webhook's gating write)."""
+    spec = pod.setdefault("spec", {})
+    spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": QUEUE_GATE}]

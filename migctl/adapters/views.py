@@ -1,5 +1,5 @@
 """Typed views of the objects the components read besides the snapshot: a Node's metadata and taints, a Pod's
-identity and state, a Lease's holder. Each rule of reading them lives here once.
+identity and state (the Lease's is `lease.py`). Each rule of reading them lives here once.
 
 Why views and not the raw dicts: "is this pod pending", "the pod's key", "has this node migctl's taint" and
 "is this Lease fresh" were each written in several modules with different defaults. Nothing outside `adapters/`
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from migctl.adapters.fields import mapping
 from migctl.adapters.pods import queue_gate_at
-from migctl.core.model.cluster import epoch_s
 
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
@@ -68,6 +68,10 @@ class PodView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     gated: bool = False  # carries migctl's queue gate
     deleting: bool = False
+    scheduler_name: str = "default-scheduler"
+    gates_readable: bool = True  # spec.schedulingGates absent or a list
+    generate_name: str = ""  # metadata.generateName (a pod at admission may have no name yet)
+    phase: str = "Pending"  # status.phase
 
     @property
     def key(self) -> str:
@@ -77,6 +81,10 @@ class PodView:
     def pending(self) -> bool:
         """Not bound to a node yet: the one reading of "pending" for everything but the planner's own."""
         return not self.node
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
 
     def opted_out(self, key: str, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
         """Left out of planning and eviction: the pod annotated, or its namespace labelled, `key=true`."""
@@ -95,47 +103,18 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         annotations=_strings(meta.get("annotations")),
         gated=gated,
         deleting=bool(meta.get("deletionTimestamp")),
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        gates_readable=spec.get("schedulingGates") is None or isinstance(spec.get("schedulingGates"), list),
+        generate_name=str(meta.get("generateName") or ""),
+        phase=str(as_mapping(obj.get("status")).get("phase") or "Pending"),
     )
+
+
+def allocatable(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A node's allocatable (else its capacity) as written, strictly: TypeError naming the field."""
+    status = mapping(node.get("status"), "status")
+    return mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
 
 
 def is_pod(obj: Mapping[str, Any]) -> bool:
     return obj.get("kind") == "Pod"
-
-
-@dataclass(frozen=True)
-class LeaseView:
-    """A coordination.k8s.io/v1 Lease. `renewed`: renewTime in seconds since the epoch (None: absent or
-    unreadable); `duration_s`: None when unreadable."""
-
-    holder: str
-    renewed: float | None
-    duration_s: float | None
-    transitions: int
-    raw_renew_time: str = ""
-
-    def fresh(self, now: float, slack: float) -> str:
-        """ "" when renewed by a holder within its duration times `slack` before `now`; else why not."""
-        if not self.holder:
-            return "the Lease has no holder"
-        if self.renewed is None:
-            return f"unreadable renewTime {self.raw_renew_time!r}"
-        if self.duration_s is None:
-            return "unreadable leaseDurationSeconds"
-        age = now - self.renewed
-        if age > self.duration_s * slack:
-            return f"last renewed {age:.0f} s ago (lease duration {self.duration_s:.0f} s)"
-        return ""
-
-
-def lease_view(obj: Mapping[str, Any]) -> LeaseView:
-    spec = as_mapping(obj.get("spec"))
-    raw = str(spec.get("renewTime") or "")
-    try:
-        duration: float | None = float(spec.get("leaseDurationSeconds") or 0)
-    except (TypeError, ValueError):
-        duration = None
-    try:
-        transitions = int(spec.get("leaseTransitions") or 0)
-    except (TypeError, ValueError):
-        transitions = 0
-    return LeaseView(str(spec.get("holderIdentity") or ""), epoch_s(raw) if raw else None, duration, transitions, raw)

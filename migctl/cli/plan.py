@@ -14,11 +14,13 @@ import click
 
 from migctl.adapters.dra.snapshot import DraReading
 from migctl.adapters.objects import read_cluster
+from migctl.adapters.views import is_pod, pod_view
 from migctl.cli.inputs import CONFIG_FROM_CLUSTER_OPTION, read_inputs
 from migctl.cli.output import FORMAT_OPTION, Command, SharedRow, emit, fail
 from migctl.cli.profiles import PROFILES_DIR_OPTION
 from migctl.config import ControllerSettings
 from migctl.config.fallback import FallbackSettings
+from migctl.controller.snapshots import dra_facts
 from migctl.core.forecast.estimate import forecast
 from migctl.core.hardware.catalog import Catalog, load_catalog
 from migctl.core.hardware.geometry import describe
@@ -30,7 +32,7 @@ from migctl.core.planner import plan as make_plan
 from migctl.reconcile.decide import routes
 from migctl.reconcile.facts import NodeFacts
 from migctl.reconcile.paths import opted_in
-from migctl.reconcile.step import DraFacts, Facts, steer
+from migctl.reconcile.step import Facts, steer
 
 EXAMPLE = "cluster-snapshot.yaml"
 
@@ -135,8 +137,12 @@ def dra_fences_section(
     if not nodes:
         return {"nodes": {}, "fences": {}}
     facts = {n.name: NodeFacts(n.name, n.labels, dra=n.dra) for n in snapshot.nodes}
-    step_facts = Facts(snapshot, facts, dra=DraFacts(dra.pools, dra.classes, dra.queue, dra.allocated, dra.fences))
-    fences = steer(step_facts, result, snapshot, routes(facts.values(), settings))
+    step_dra = dra_facts(dra, settings)  # the controller's own reading (cap included)
+    fences = (
+        steer(Facts(snapshot, facts, dra=step_dra), result, snapshot, routes(facts.values(), settings))
+        if step_dra is not None
+        else {}
+    )
     return {
         "nodes": dict(sorted(nodes.items())),
         "fences": {
@@ -351,16 +357,14 @@ def vram_requests_section(
     unreadable = {k for k, _ in snapshot.rejected}  # the plan already says why; the webhook never sees them
     shown: dict[int, tuple[VramDecision, dict[str, Any]]] = {}  # pods of a kind share one decision: one dict
     for obj in objects:
-        if obj.get("kind") != "Pod":
+        if not is_pod(obj):
             continue
-        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-        if not (isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)):
+        view = pod_view(obj)
+        if not view.pending or view.phase != "Pending" or view.deleting:
             continue
-        if spec.get("nodeName") or (status.get("phase") or "Pending") != "Pending" or meta.get("deletionTimestamp"):
-            continue
-        if spec.get("schedulerName") == rules.fallback_scheduler:
+        if view.scheduler_name == rules.fallback_scheduler:
             continue  # the fallback section shows these
-        pod = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+        pod = view.key
         containers = None if pod in unreadable else vram_containers(obj, rules.resource)
         if containers is None:
             continue
@@ -370,7 +374,7 @@ def vram_requests_section(
                 placement = placement_from_object(obj)
             except (ValueError, KeyError, TypeError) as e:
                 placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"
-        decision = decide(obj, containers, placement, index, rules)
+        decision = decide(view.annotations, view.scheduler_name, containers, placement, index, rules)
         if id(decision) not in shown:
             shown[id(decision)] = (decision, decision.to_dict())  # the decision kept: its id stays its own
         out.append(({"pod": pod}, shown[id(decision)][1]))

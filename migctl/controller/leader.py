@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from migctl.adapters.kube.errors import KubeError
-from migctl.adapters.kube.interface import LeaderApi, Obj
+from migctl.adapters.kube.interface import LeaderApi
+from migctl.adapters.lease import lease_view, new_lease, released, renewed
 from migctl.config import LeaderElectionSettings
 
 log = logging.getLogger(__name__)
@@ -96,18 +97,7 @@ class LeaderElector:
         now = _micro_time()
         duration = max(1, math.ceil(s.lease_duration_s))
         if lease is None:
-            body: Obj = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": s.lease_name, "namespace": s.lease_namespace},
-                "spec": {
-                    "holderIdentity": self.identity,
-                    "leaseDurationSeconds": duration,
-                    "acquireTime": now,
-                    "renewTime": now,
-                    "leaseTransitions": 0,
-                },
-            }
+            body = new_lease(s.lease_name, s.lease_namespace, self.identity, duration, now)
             try:
                 self.kube.write_lease(s.lease_namespace, body, create=True)
             except KubeError as e:
@@ -115,21 +105,14 @@ class LeaderElector:
                     return "other"
                 raise
             return "leading"
-        spec = dict(lease.get("spec") or {})
-        holder = spec.get("holderIdentity") or ""
-        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
-        if record != self._observed:
-            self._observed, self._observed_at = record, time.monotonic()
+        view = lease_view(lease)
+        holder = view.holder
+        if view.record != self._observed:
+            self._observed, self._observed_at = view.record, time.monotonic()
         if holder and holder != self.identity and time.monotonic() - self._observed_at < s.lease_duration_s:
             return "other"
-        transitions = int(spec.get("leaseTransitions") or 0)
-        if holder != self.identity:
-            spec["acquireTime"] = now
-            spec["leaseTransitions"] = transitions + 1
-        spec.update({"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": now})
-        lease["spec"] = spec
         try:
-            self.kube.write_lease(s.lease_namespace, lease, create=False)
+            self.kube.write_lease(s.lease_namespace, renewed(lease, self.identity, duration, now), create=False)
         except KubeError as e:
             if e.status == 409:
                 return "other" if holder != self.identity else "error"
@@ -140,9 +123,7 @@ class LeaderElector:
         s = self.settings
         try:
             lease = self.kube.read_lease(s.lease_namespace, s.lease_name)
-            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-                lease["spec"]["holderIdentity"] = None
-                lease["spec"]["leaseDurationSeconds"] = 1
-                self.kube.write_lease(s.lease_namespace, lease, create=False)
+            if lease and lease_view(lease).holder == self.identity:
+                self.kube.write_lease(s.lease_namespace, released(lease), create=False)
         except KubeError as e:
             log.warning("could not release the lease: %s", e)

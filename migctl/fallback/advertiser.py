@@ -15,32 +15,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from migctl.adapters.kube.interface import FallbackApi
+from migctl.adapters.node_status import vram_capacity_patch
+from migctl.adapters.views import node_view
 from migctl.config.fallback import FallbackSettings
 from migctl.core.hardware.catalog import Catalog
 from migctl.fallback.capacity import node_gpus, node_units
 
 log = logging.getLogger(__name__)
-
-
-def _pointer(resource: str) -> str:
-    """RFC 6901 escaping: `migctl.io/vram` -> `migctl.io~1vram`."""
-    return resource.replace("~", "~0").replace("/", "~1")
-
-
-def capacity_patch(status: Mapping[str, Any], resource: str, desired: int | None) -> list[dict[str, Any]]:
-    """JSON-patch operations that bring capacity and allocatable to `desired` (None: absent); [] when in sync."""
-    ops: list[dict[str, Any]] = []
-    for part in ("capacity", "allocatable"):
-        current = (status.get(part) or {}).get(resource)
-        path = f"/status/{part}/{_pointer(resource)}"
-        if desired is None:
-            if current is not None:
-                ops.append({"op": "remove", "path": path})
-        elif current != str(desired):
-            if status.get(part) is None:
-                ops.append({"op": "add", "path": f"/status/{part}", "value": {}})
-            ops.append({"op": "add", "path": path, "value": str(desired)})
-    return ops
 
 
 class Advertiser:
@@ -55,10 +36,10 @@ class Advertiser:
         """Patch nodes whose advertised VRAM is off; returns node -> units written (None: removed)."""
         changed: dict[str, int | None] = {}
         for node in nodes:
-            name = str((node.get("metadata") or {}).get("name") or "")
+            name = node_view(node).name
             gpus = node_gpus(node, self.catalog)
             desired = node_units(gpus, self.settings) if gpus is not None else None
-            ops = capacity_patch(node.get("status") or {}, self.settings.resource, desired)
+            ops = vram_capacity_patch(node, self.settings.resource, desired)
             if not ops:
                 continue
             self.kube.patch_node_status(name, ops)

@@ -18,9 +18,10 @@ from typing import Any
 
 from migctl.adapters.fields import mapping
 from migctl.adapters.node_gpus import match_model, read_node_gpus
-from migctl.adapters.objects import OBJECT_ERRORS, TERMINAL, snapshot_from_objects
+from migctl.adapters.objects import OBJECT_ERRORS, snapshot_from_objects
 from migctl.adapters.pods import meta_of, pod_from_object
 from migctl.adapters.requests import effective_of, holds_any
+from migctl.adapters.views import allocatable, is_pod, node_view, pod_view
 from migctl.config.fallback import FallbackSettings
 from migctl.core.hardware.catalog import Catalog
 from migctl.core.model.cluster import Snapshot
@@ -49,6 +50,7 @@ class NodeGpus:
     gpus: tuple[GpuMemory, ...] = ()
     source: str = ""
     reason: str = ""
+    unreadable: bool = False  # the reason is a value migctl cannot read (warned about), not a node of another kind
 
 
 def gpu_units(memory_mib: int, reserve_mib: int, unit_bytes: int) -> int:
@@ -69,7 +71,7 @@ def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
     facts = read_node_gpus(node)
     if facts.has_inventory_annotation:
         if facts.inventory is None:
-            return NodeGpus(source="agent", reason=f"unreadable inventory: {facts.inventory_error}")
+            return NodeGpus(source="agent", reason=f"unreadable inventory: {facts.inventory_error}", unreadable=True)
         inv = facts.inventory
         gpus = tuple(GpuMemory(g.index, g.uuid, g.memory_mib) for g in inv.gpus if not (g.mig_enabled or g.mig_pending))
         if inv.gpus and not gpus:
@@ -80,17 +82,16 @@ def node_gpus(node: Mapping[str, Any], catalog: Catalog) -> NodeGpus | None:
         return None
     if facts.count is None:
         why = facts.count_error or "missing (expected a GPU count, 1..64)"
-        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_COUNT}: {why}")
+        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_COUNT}: {why}", unreadable=True)
     model, card = match_model(facts, catalog)
-    status = mapping(node.get("status"), "status")
-    alloc = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
+    alloc = allocatable(node)
     mig_on = any(
         k.startswith(MIG_RESOURCE_PREFIX) and k.endswith(MIG_COUNT_SUFFIX) and _positive(v) for k, v in labels.items()
     ) or any(str(k).startswith(MIG_RESOURCE_PREFIX) and _positive(v) for k, v in alloc.items())
     if mig_on:
         return NodeGpus(source="gfd", reason="some GPUs have MIG on; per-GPU MIG state needs the node agent")
     if facts.total_error:
-        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_MEMORY}: {facts.total_error}")
+        return NodeGpus(source="gfd", reason=f"unreadable label {GFD_MEMORY}: {facts.total_error}", unreadable=True)
     if facts.total_mib is not None:
         mib = facts.total_mib
     elif card is not None or model is not None:
@@ -145,28 +146,26 @@ def fallback_view(
     view = FallbackView(warnings=list(snapshot.warnings))
     bound: dict[str, list[Mapping[str, Any]]] = {}
     for obj in objs:
-        if obj.get("kind") != "Pod" or meta_of(obj).get("deletionTimestamp"):
+        if not is_pod(obj):
             continue
-        spec, status = obj.get("spec"), obj.get("status")
-        spec = spec if type(spec) is dict or isinstance(spec, Mapping) else {}  # a dict: no ABC check
-        status = status if type(status) is dict or isinstance(status, Mapping) else {}
-        if status.get("phase") in TERMINAL:
+        v = pod_view(obj)
+        if v.deleting or v.finished:
             continue
-        if spec.get("nodeName"):
-            bound.setdefault(str(spec["nodeName"]), []).append(obj)
-        elif spec.get("schedulerName") == settings.scheduler_name:
-            key = f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name')}"
+        if not v.pending:
+            bound.setdefault(v.node, []).append(obj)
+        elif v.scheduler_name == settings.scheduler_name:
+            key = v.key
             try:
                 pod = pod_from_object(obj, planner)
                 units = vram_units(obj, settings.resource)
             except OBJECT_ERRORS as e:
                 view.warnings.append(f"pod {key}: invalid spec: {e}")
                 continue
-            view.pods.append(VramPod(pod, units, str(meta_of(obj).get("uid") or "")))
+            view.pods.append(VramPod(pod, units, v.uid))
     last: dict[str, Mapping[str, Any]] = {}  # a node listed twice: the last copy counts, as in the snapshot
     for obj in objs:
         if obj.get("kind") == "Node":
-            last[str(meta_of(obj).get("name") or "")] = obj
+            last[node_view(obj).name] = obj
     for name, obj in last.items():
         try:
             gpus = node_gpus(obj, catalog)
@@ -177,7 +176,7 @@ def fallback_view(
             continue
         view.capacity[name] = node_units(gpus, settings)
         if not gpus.gpus:
-            if gpus.reason.startswith("unreadable"):
+            if gpus.unreadable:
                 view.warnings.append(f"node {name}: {gpus.reason}")
             continue  # MIG nodes belong to MIG planning; only nodes with a GPU without MIG are fallback nodes
         node = by_name.get(name)
@@ -193,7 +192,7 @@ def _vram_node(node: Any, gpus: NodeGpus, pods: list[Mapping[str, Any]], setting
     reason = gpus.reason
     indices = {g.index for g in gpus.gpus}
     for obj in pods:
-        key = f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name')}"
+        key = pod_view(obj).key
         try:
             gpu_pod = holds_any(obj, _requests_mig_or_whole_gpus)
             units = vram_units(obj, settings.resource)

@@ -13,15 +13,16 @@ import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from migctl.adapters.pod_rewrite import apply
-from migctl.adapters.pods import gpu_demand, placement_from_object, queue_gate_at
+from migctl.adapters.pod_rewrite import add_queue_gate, apply
+from migctl.adapters.pods import gpu_demand, placement_from_object
 from migctl.adapters.requests import vram_asks
+from migctl.adapters.views import pod_view
 from migctl.core.model.cluster import Pod
-from migctl.core.vram.decide import VramDecision, VramRules, decide
+from migctl.core.vram.decide import VramDecision, VramRules, decide, opted_out
 from migctl.core.vram.offers import ModelOffer, OfferIndex
-from migctl.wire.names import QUEUE_GATE
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -39,6 +40,10 @@ class Outcome:
     pod: dict[str, Any] | None = None
     dry_run: bool = False
     gated: bool = False  # the patch adds migctl's queue gate
+    namespace: str = ""  # the request's (a pod's own may be unset at admission)
+    who: str = ""  # namespace/name, or namespace/generateName* (logs)
+    request_uid: str = ""
+    mentions_vram: bool = False  # the pod's spec names the VRAM resource (a `leave` worth logging)
 
 
 def _escape(token: str) -> str:
@@ -96,19 +101,17 @@ def gate_reason(pod: Mapping[str, Any], rules: VramRules, namespace_labels: Mapp
     """Why `pod` (as admitted, after any VRAM rewrite) gets no queue gate; "" when it gets one: every GPU demand
     a MIG profile (the planner's own reading of its requests), no nodeName (the API server refuses gates with
     one), the default scheduler's, not gated yet, and neither it nor its namespace opted out of the webhook."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    if (meta.get("annotations") or {}).get(rules.opt_out_key) == rules.opt_out_value:
-        return f"the pod is annotated {rules.opt_out_key}={rules.opt_out_value}"
-    if (namespace_labels or {}).get(rules.opt_out_key) == rules.opt_out_value:
-        return f"the namespace is labelled {rules.opt_out_key}={rules.opt_out_value}"
-    if spec.get("nodeName"):
+    view = pod_view(pod)
+    left = opted_out(view.annotations, namespace_labels, rules)
+    if left:
+        return left
+    if not view.pending:
         return "it names its node"
-    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
-        return f"schedulerName {spec.get('schedulerName')}"
-    gates = spec.get("schedulingGates")
-    if gates is not None and not isinstance(gates, list):
+    if view.scheduler_name != DEFAULT_SCHEDULER:
+        return f"schedulerName {view.scheduler_name}"
+    if not view.gates_readable:
         return "unreadable spec.schedulingGates"
-    if queue_gate_at(spec) is not None:
+    if view.gated:
         return "already gated"
     try:
         demands = gpu_demand(pod, rules.resource)
@@ -117,11 +120,6 @@ def gate_reason(pod: Mapping[str, Any], rules: VramRules, namespace_labels: Mapp
     if not demands or any(d.kind != "profile" for d in demands):
         return "it does not ask for MIG profiles only"
     return ""
-
-
-def _gate(pod: dict[str, Any]) -> None:
-    spec = pod.setdefault("spec", {})
-    spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": QUEUE_GATE}]
 
 
 def review(
@@ -151,30 +149,39 @@ def review(
         or not isinstance(pod, Mapping)
     ):
         return Outcome(_response(uid))
-    namespace = str(req.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default")
+    view = pod_view(pod)
+    namespace = str(req.get("namespace") or view.namespace)
     try:
         placement: Pod | str = placement_from_object(pod)
     except (ValueError, KeyError, TypeError) as e:
         placement = f"unreadable nodeSelector, node affinity or tolerations: {e!r}"  # matters only for VRAM pods
     labels = namespace_labels(namespace)
-    decision = decide(pod, vram_asks(pod, rules.resource), placement, offers, rules, labels)
+    done = partial(
+        Outcome,
+        namespace=namespace,
+        who=f"{namespace}/{view.name or view.generate_name + '*'}",
+        request_uid=uid,
+        mentions_vram=rules.resource in str(pod),
+    )
+    decision = decide(view.annotations, view.scheduler_name, vram_asks(pod, rules.resource), placement, offers, rules,
+                      labels)  # fmt: skip
     dry_run = bool(req.get("dryRun"))
     if decision.action == "leave" and not queue_gate:
-        return Outcome(_response(uid), decision, None, dry_run)
+        return done(_response(uid), decision, None, dry_run)
     if decision.action == "reject":
         status = {"code": 403, "reason": "Forbidden", "message": decision.message}
-        return Outcome(_response(uid, False, status=status), decision, None, dry_run)
+        return done(_response(uid, False, status=status), decision, None, dry_run)
     if decision.action == "rewrite":
         # generateName: no name yet, so the Event sender finds the pod by this request's uid (`events.py`)
-        admission = "" if (pod.get("metadata") or {}).get("name") else uid
+        admission = "" if view.name else uid
         new = apply(pod, decision, rules, admission)
     else:
         new = json.loads(json.dumps(pod))
     gated = queue_gate and not gate_reason(new, rules, labels)
     if gated:
-        _gate(new)
+        add_queue_gate(new)
     elif decision.action == "leave":
-        return Outcome(_response(uid), decision, None, dry_run)
+        return done(_response(uid), decision, None, dry_run)
     patch = json_patch(pod, new)
     encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
-    return Outcome(_response(uid, True, patchType="JSONPatch", patch=encoded), decision, new, dry_run, gated)
+    return done(_response(uid, True, patchType="JSONPatch", patch=encoded), decision, new, dry_run, gated)

@@ -65,16 +65,11 @@ class Webhook:
         gate = self.lease is not None and self.lease.alive()
         outcome = review(body, summary.offers, self.rules, self.view.namespace_labels, gate)
         d = outcome.decision
+        who = outcome.who
         if outcome.gated:
-            req = body.get("request") or {}
-            meta = (req.get("object") or {}).get("metadata") or {}
-            log.info("pod %s/%s: queue gate added", req.get("namespace"), meta.get("name") or meta.get("generateName"))
+            log.info("pod %s: queue gate added", who)
         if d is not None:
-            req = body.get("request") or {}
-            obj = req.get("object") or {}
-            meta = obj.get("metadata") or {}
-            who = f"{req.get('namespace')}/{meta.get('name') or str(meta.get('generateName') or '') + '*'}"
-            if d.action != "leave" or self.rules.resource in str(obj):
+            if d.action != "leave" or outcome.mentions_vram:
                 log.info("pod %s: %s: %s", who, d.action, d.message)
             if (
                 d.action == "rewrite"
@@ -83,7 +78,7 @@ class Webhook:
                 and not outcome.dry_run  # sideEffects: NoneOnDryRun
             ):
                 note = f"; scheduling gate {QUEUE_GATE} added (migctl's plan releases it)" if outcome.gated else ""
-                self.events.submit(str(req.get("namespace") or ""), outcome.pod, str(req.get("uid")), d.message + note)
+                self.events.submit(outcome.namespace, outcome.pod, outcome.request_uid, d.message + note)
         return outcome.response
 
     # -- lifecycle ----------------------------------------------------------------------------------------

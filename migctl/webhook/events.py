@@ -27,6 +27,7 @@ from typing import Protocol
 from migctl.adapters.events import event_body
 from migctl.adapters.kube.errors import KubeError, NotFoundError
 from migctl.adapters.kube.interface import Obj
+from migctl.adapters.views import pod_view
 from migctl.wire import vram_choice
 from migctl.wire.names import VRAM_CHOICE as CHOICE_ANNOTATION
 
@@ -56,7 +57,7 @@ class PendingEvent:
 def _admission_uid(pod: Obj) -> str:
     """The admission request uid the webhook recorded on the pod; "" when there is none or the record is not one
     this migctl reads (another version's, or damaged: then it is no pod this webhook waits for)."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CHOICE_ANNOTATION, "")
+    raw = pod_view(pod).annotations.get(CHOICE_ANNOTATION, "")
     if not isinstance(raw, str) or not raw:
         return ""
     try:
@@ -89,11 +90,11 @@ class EventSender:
         self._thread: threading.Thread | None = None
 
     def submit(self, namespace: str, pod: Obj, request_uid: str, message: str) -> None:
-        meta = pod.get("metadata") or {}
+        view = pod_view(pod)
         item = PendingEvent(
             namespace,
-            str(meta.get("name") or ""),
-            str(meta.get("generateName") or ""),
+            view.name,
+            view.generate_name,
             request_uid,
             message,
             self.clock() + self.wait_s,
@@ -169,15 +170,14 @@ class EventSender:
             self.lists += 1
             listed[e.namespace] = self.kube.list_pods(e.namespace, cached=True)
         for pod in listed[e.namespace] or []:
-            name = str((pod.get("metadata") or {}).get("name") or "")
-            if name.startswith(e.generate_name) and _admission_uid(pod) == e.request_uid:
+            if pod_view(pod).name.startswith(e.generate_name) and _admission_uid(pod) == e.request_uid:
                 return pod
         return None
 
     def _emit(self, namespace: str, pod: Obj, message: str) -> None:
-        meta = pod.get("metadata") or {}
-        name = str(meta.get("name"))
-        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": meta.get("uid")}
+        view = pod_view(pod)
+        name = view.name
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": view.uid or None}
         body = event_body(involved, REASON, message, COMPONENT, self.host)
         try:
             self.kube.create_event(namespace, body)

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from migctl.adapters.lease import lease_view
 from migctl.config import LeaderElectionSettings
-from migctl.core.model.cluster import epoch_s
 
 log = logging.getLogger(__name__)
 SLACK = 1.5
@@ -28,22 +28,7 @@ class LeaseApi(Protocol):
 
 def fresh(lease: dict[str, Any] | None, now: float, slack: float = SLACK) -> str:
     """ "" when `lease` was renewed by a holder within its duration times `slack` before `now`; else why not."""
-    if lease is None:
-        return "no Lease"
-    spec = lease.get("spec") or {}
-    if not spec.get("holderIdentity"):
-        return "the Lease has no holder"
-    renewed = epoch_s(str(spec.get("renewTime") or ""))
-    if renewed is None:
-        return f"unreadable renewTime {spec.get('renewTime')!r}"
-    try:
-        duration = float(spec.get("leaseDurationSeconds") or 0)
-    except (TypeError, ValueError):
-        return f"unreadable leaseDurationSeconds {spec.get('leaseDurationSeconds')!r}"
-    age = now - renewed
-    if age > duration * slack:
-        return f"last renewed {age:.0f} s ago (lease duration {duration:.0f} s)"
-    return ""
+    return "no Lease" if lease is None else lease_view(lease).fresh(now, slack)
 
 
 class LeaseWatch:

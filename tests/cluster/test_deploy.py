@@ -746,8 +746,8 @@ def test_fallback_runs_on_its_rights_and_can_change_nothing_else(
     """The real FallbackScheduler, authenticated as the chart's fallback ServiceAccount: it advertises VRAM, binds a
     pod with its GPU annotations (no pod patch), reports an unplaceable one. Pod patches, node relabelling, forged
     node conditions, other capacity, pod IPs and PodScheduled on other schedulers' pods are refused."""
+    from migctl.adapters.node_status import capacity_patch
     from migctl.core.hardware.catalog import load_catalog
-    from migctl.fallback.advertiser import capacity_patch
     from migctl.fallback.scheduler import FallbackScheduler
 
     from .test_fallback_scheduler import t4_node, vram_pod

@@ -40,7 +40,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import partial
-from typing import Any
 
 from migctl.core.hardware.catalog import GpuModel
 from migctl.core.hardware.naming import RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, resource_name
@@ -221,29 +220,35 @@ def _products(offers: Iterable[ModelOffer], choices: Sequence[ContainerChoice]) 
     return tuple(sorted(out))
 
 
+def opted_out(annotations: Mapping[str, str], namespace_labels: Mapping[str, str] | None, rules: VramRules) -> str:
+    """Why the webhook leaves a pod alone by its owner's choice ("" when it does not): the pod annotated, or its
+    namespace labelled, `opt_out_key=opt_out_value`. The one reading, for the VRAM decision and the queue gate."""
+    if annotations.get(rules.opt_out_key) == rules.opt_out_value:
+        return f"the pod is annotated {rules.opt_out_key}={rules.opt_out_value}"
+    if (namespace_labels or {}).get(rules.opt_out_key) == rules.opt_out_value:
+        return f"the namespace is labelled {rules.opt_out_key}={rules.opt_out_value}"
+    return ""
+
+
 def decide(
-    pod: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    scheduler_name: str,
     containers: PodContainers,
     placement: Pod | str,
     offers: Sequence[ModelOffer] | OfferIndex,
     rules: VramRules | None = None,
     namespace_labels: Mapping[str, str] | None = None,
 ) -> VramDecision:
-    """What to do with one Pod object at creation (see the module docstring for the rules).
-
-    `placement` is the pod as the planner reads it (only its selector, affinity and tolerations are used), or
-    why the adapter could not read it (a pod that asks for VRAM is then rejected with that message), and
-    `containers` its containers as the adapter read them (`adapters.requests.vram_asks`). Pass one `OfferIndex`
-    for many pods: the decision for a pod of a kind it has seen is remembered."""
+    """What to do with one pod at creation (see the module docstring for the rules), from what the adapter read of
+    it: its annotations and scheduler (`adapters.views.PodView`), its containers (`adapters.requests.vram_asks`),
+    and `placement`, the pod as the planner reads it (only its selector, affinity and tolerations are used), or
+    why the adapter could not read it (a pod that asks for VRAM is then rejected with that message). Pass one
+    `OfferIndex` for many pods: the decision for a pod of a kind it has seen is remembered."""
     rules = rules or VramRules()
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    annotations = meta.get("annotations") or {}
-    if annotations.get(rules.opt_out_key) == rules.opt_out_value:
-        return _leave(f"the pod is annotated {rules.opt_out_key}={rules.opt_out_value}")
-    if (namespace_labels or {}).get(rules.opt_out_key) == rules.opt_out_value:
-        return _leave(f"the namespace is labelled {rules.opt_out_key}={rules.opt_out_value}")
-    if spec.get("schedulerName") == rules.fallback_scheduler:
+    left = opted_out(annotations, namespace_labels, rules)
+    if left:
+        return _leave(left)
+    if scheduler_name == rules.fallback_scheduler:
         return _leave(f"schedulerName: {rules.fallback_scheduler} (migctl's fallback places it on a non-MIG GPU)")
     if isinstance(placement, str) or not isinstance(offers, OfferIndex):
         return _decide(containers, placement, offers, rules)

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from migctl.adapters.node_status import capacity_patch
 from migctl.config.fallback import FallbackSettings
 from migctl.core.hardware.catalog import Catalog
 from migctl.core.model.inventory import GpuInfo, Inventory, MigDevice
-from migctl.fallback.advertiser import capacity_patch
 from migctl.fallback.capacity import fallback_view, gpu_units, node_gpus, node_units, vram_units
 
 MIB = 2**20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from migctl.adapters.pod_rewrite import apply
 from migctl.adapters.pods import placement_from_object
 from migctl.adapters.requests import vram_asks
+from migctl.adapters.views import pod_view
 from migctl.core.hardware.catalog import load_catalog
 from migctl.core.model.cluster import Gpu, Node, Snapshot
 from migctl.core.model.gpu_config import GpuConfig
@@ -23,6 +25,12 @@ A100_40 = CATALOG.model("a100-40gb")
 A30 = CATALOG.model("a30-24gb")
 
 
+def seen(p: dict[str, Any]) -> tuple[Mapping[str, str], str]:
+    """What the webhook's decision reads of the Pod object, as the adapter reads it (`adapters.views.pod_view`)."""
+    v = pod_view(p)
+    return v.annotations, v.scheduler_name
+
+
 def decide_(
     p: dict[str, Any],
     offers: list[ModelOffer],
@@ -31,7 +39,7 @@ def decide_(
 ) -> VramDecision:
     """The decision with the pod's placement as the adapter reads it (as the webhook and `migctl plan` do)."""
     resource = (rules or VramRules()).resource
-    return decide(p, vram_asks(p, resource), placement_from_object(p), offers, rules, ns)
+    return decide(*seen(p), vram_asks(p, resource), placement_from_object(p), offers, rules, ns)
 
 
 def offer(model_id: str, *nodes: NodeOffer, product: str | None = None) -> ModelOffer:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from migctl.adapters.pod_rewrite import apply
 from migctl.adapters.pods import placement_from_object, pod_from_object
 from migctl.adapters.requests import vram_asks, vram_containers
+from migctl.adapters.views import pod_view
 from migctl.core.hardware.catalog import load_catalog
 from migctl.core.hardware.geometry import geometry
 from migctl.core.model.cluster import GpuDemand, Node, Snapshot, Taint
@@ -26,6 +28,12 @@ from tests.unit.builders import node
 CATALOG = load_catalog()
 H100 = CATALOG.model("h100-80gb")
 PRODUCT = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def seen(p: dict[str, Any]) -> tuple[Mapping[str, str], str]:
+    """What the webhook's decision reads of the Pod object, as the adapter reads it (`adapters.views.pod_view`)."""
+    v = pod_view(p)
+    return v.annotations, v.scheduler_name
 
 
 def c(name: str, vram: str | None, **extra: Any) -> dict[str, Any]:
@@ -46,7 +54,7 @@ def h100_nodes(*nodes: Node) -> OfferIndex:
 
 def decide_on(p: dict[str, Any], index: OfferIndex, **kw: Any) -> VramDecision:
     """The decision on the pod's containers and placement as the adapter reads them (as the webhook does)."""
-    return decide(p, vram_asks(p, "migctl.io/vram"), placement_from_object(p), index, **kw)
+    return decide(*seen(p), vram_asks(p, "migctl.io/vram"), placement_from_object(p), index, **kw)
 
 
 # -- the per-container rule -----------------------------------------------------------------------------------
@@ -204,7 +212,7 @@ def test_containers_read_once_decide_as_the_pod_read_anew() -> None:
         containers = vram_containers(p, rules.resource)
         assert (containers is None) == (decide_on(p, index).reason == f"no {rules.resource} request")
         if containers is not None:
-            assert decide(p, containers, placement_from_object(p), index) == decide_on(p, h100_nodes(n1))
+            assert decide(*seen(p), containers, placement_from_object(p), index) == decide_on(p, h100_nodes(n1))
 
 
 @pytest.mark.parametrize("other", [True, 7.0, "7"])
