@@ -15,6 +15,7 @@ import logging
 
 from migctl.adapters.kube.errors import ForbiddenError, KubeError, NotFoundError, PermanentError, TransientError
 from migctl.adapters.kube.interface import AgentApi
+from migctl.adapters.views import node_view
 from migctl.core.model.inventory import Inventory
 from migctl.errors import MigctlError
 from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
@@ -63,7 +64,7 @@ class Publisher:
             raise PublishError(f"patching node {self.node} failed: {e.status} {e.reason}") from e
         except KubeError as e:
             raise PublishError(f"patching node {self.node} failed: {e}") from e
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        annotations = node_view(node).annotations
         self.published = annotations.get(self.annotation, desired)
         self.patches += 1
         log.info("published the GPU inventory on node %s (%d GPUs)", self.node, len(inventory.gpus))

@@ -79,11 +79,14 @@ def agent_command(
     before_read = None
     if settings.in_place and sink is not None:
         from migctl.adapters.podresources import PodResourcesClient
+        from migctl.agent.dra import DraNode
         from migctl.agent.inplace_loop import InPlaceLoop
         from migctl.agent.usage import KubeletAwareReader
         from migctl.cli.agent_apply import build_applier
 
-        loop = InPlaceLoop(kube, name, build_applier(cfg, None, None), settings.device_plugin_configs)
+        applier = build_applier(cfg, None, None)
+        dra = DraNode(kube, name, settings.dra, applier.catalog) if settings.dra.enabled else None
+        loop = InPlaceLoop(kube, name, applier, settings.device_plugin_configs, dra)
         kubelet = PodResourcesClient(settings.pod_resources_socket, settings.pod_resources_timeout_seconds)
         reader = KubeletAwareReader(reader, kubelet)
         before_read = loop.tick

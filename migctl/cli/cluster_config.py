@@ -8,11 +8,13 @@ cluster: a snapshot stays offline.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from migctl.adapters.views import as_mapping
 from migctl.config import Config, load_config
-from migctl.config.cluster import CONFIG_SELECTOR, config_from_configmap, lease_of, where, with_lease
+from migctl.config.cluster import CONFIG_KEY, CONFIG_SELECTOR, config_from_text, with_lease
 from migctl.errors import InputError, MigctlError
 
 Obj = dict[str, Any]
@@ -25,6 +27,27 @@ class ConfigMaps(Protocol):
     def list_configmaps(self, label_selector: str) -> list[Obj]: ...
 
     def read_configmap(self, namespace: str, name: str) -> Obj | None: ...
+
+
+def where(cm: Mapping[str, Any]) -> str:
+    meta = as_mapping(cm.get("metadata"))
+    return f"configmap {meta.get('namespace') or '?'}/{meta.get('name') or '?'}"
+
+
+def config_from_configmap(cm: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Config:
+    """The controller's Config from its ConfigMap (as the API serves it), naming the ConfigMap in any error."""
+    source = f"{where(cm)} key {CONFIG_KEY}"
+    text = as_mapping(cm.get("data")).get(CONFIG_KEY)
+    if not isinstance(text, str):
+        raise InputError(source, f"missing; expected migctl's config file under data.{CONFIG_KEY}")
+    return config_from_text(text, source, environ)
+
+
+def lease_of(cm: Mapping[str, Any], cfg: Config) -> tuple[str, str]:
+    """(namespace, name) of the Lease the controller of this ConfigMap elects on: its config's, an empty namespace
+    being the ConfigMap's own (the chart runs the controller where its ConfigMap is)."""
+    le = cfg.controller.leader_election
+    return le.lease_namespace or str(as_mapping(cm.get("metadata")).get("namespace") or ""), le.lease_name
 
 
 def _found(api: ConfigMaps) -> list[Obj]:

@@ -226,6 +226,40 @@ class ControllerSettings(BaseModel):
         "migctl refuses the in-place path there, with an Event.",
     )
 
+    # -- DRA nodes (docs/operations.md "DRA nodes") --------------------------------------------------------
+    dra_max_fences_per_node: int = Field(
+        32,
+        ge=0,
+        le=1024,
+        description="DynamicMIG nodes: the most placement fences (DeviceTaintRules) migctl keeps on one node to steer "
+        "the scheduler's first fit; past it, a MigctlFenceCapped Event. 0 turns steering off (no fence is made).",
+    )
+    dra_fence_settle_s: float = Field(
+        2.0,
+        ge=0,
+        description="Static-MIG DRA nodes: after fencing the GPUs a change re-cuts, wait at least this long (the "
+        "scheduler's informer seeing the DeviceTaintRules) before trusting that no new claim lands on them.",
+    )
+    dra_drain_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Static-MIG DRA nodes: wait this long for claims that landed on a fenced device after planning "
+        "to go; then lift the fences, back off, and let the next plan see them.",
+    )
+    dra_agent_timeout_s: float = Field(
+        180.0,
+        gt=0,
+        description="Static-MIG DRA nodes: wait this long for the node agent's in-place-status (it re-cuts through "
+        "NVML, then restarts the node's DRA kubelet-plugin pod); then lift the fences, back off.",
+    )
+    dra_advertise_timeout_s: float = Field(
+        180.0,
+        gt=0,
+        description="Static-MIG DRA nodes: after the agent applied the target, wait this long for the node's "
+        "ResourceSlices to list the new MIG devices (the plugin restarting and republishing); then lift the "
+        "fences, back off.",
+    )
+
     # -- API access ----------------------------------------------------------------------------------------
     api_retry_attempts: int = Field(6, ge=1, description="Attempts for one API call on transient errors.")
     api_retry_max_wait_s: float = Field(8.0, gt=0, description="Cap of the jittered exponential retry backoff.")

@@ -6,6 +6,37 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from migctl.wire.names import GPUS as INVENTORY_ANNOTATION
 
+# NVIDIA's DRA driver chart (kubernetes-sigs/dra-driver-nvidia-gpu deployments/helm: the kubelet plugin's DaemonSet
+# selects its pods by `<chart name>-component: kubelet-plugin`) in the namespace of its install guide.
+DRA_PLUGIN_NAMESPACE = "dra-driver-nvidia-gpu"
+DRA_PLUGIN_LABELS = {"dra-driver-nvidia-gpu-component": "kubelet-plugin"}
+
+
+class AgentDraSettings(BaseModel):
+    """The in-place agent on nodes whose GPUs NVIDIA's DRA driver serves (docs/install.md "On a DRA cluster"): the
+    driver's kubelet plugin does not rescan NVML, so the agent re-advertises by deleting its own node's plugin pod
+    (the plugin's DaemonSet makes a new one, which lists the instances that exist), instead of flipping the device
+    plugin's config label."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        False,
+        description="Look for NVIDIA's DRA driver on the agent's node: a node with a ResourceSlice of gpu.nvidia.com, "
+        "or a plugin pod (below) bound to it, is a DRA node. The chart sets it with `dra.enabled`, together with the "
+        "RBAC it needs (reading ResourceSlices and ResourceClaims, deleting the plugin pod of its own node).",
+    )
+    plugin_namespace: str = Field(
+        DRA_PLUGIN_NAMESPACE, min_length=1, description="Namespace of the DRA driver's kubelet-plugin pods."
+    )
+    plugin_labels: dict[str, str] = Field(
+        default_factory=lambda: dict(DRA_PLUGIN_LABELS),
+        min_length=1,
+        description="Labels every kubelet-plugin pod carries (all must match). NVIDIA's chart: "
+        "dra-driver-nvidia-gpu-component=kubelet-plugin; under the GPU Operator's GPUCluster (namespace: the "
+        "operator's) read them from the plugin's pods. The chart sets these from `dra.pluginLabels`.",
+    )
+
 
 class AgentSettings(BaseModel):
     """How often the agent reads NVML, where it publishes, how it backs off when NVML fails; and, on nodes opted into
@@ -51,6 +82,7 @@ class AgentSettings(BaseModel):
     destroy_attempts: int = Field(5, ge=1, le=50, description="Tries of a destroy that NVML refuses with IN_USE.")
     destroy_backoff_seconds: float = Field(0.5, gt=0, description="First wait between those tries (doubling).")
     destroy_backoff_max_seconds: float = Field(4.0, gt=0, description="Longest wait between those tries.")
+    dra: AgentDraSettings = Field(default_factory=AgentDraSettings)
 
     @model_validator(mode="after")
     def _two_configs(self) -> AgentSettings:

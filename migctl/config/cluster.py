@@ -6,10 +6,12 @@ Two rules live here, so that every command applies them the same way:
   namespace migctl runs in: in a pod, env `POD_NAMESPACE`, else the service account's namespace file (the chart
   installs every component in the release namespace, and renders that namespace explicitly too). Out of a cluster
   there is no such namespace: `migctl run` then takes the Lease of the controller whose config ConfigMap it finds
-  (`lease_of`), and refuses to lead without one, instead of electing itself on a Lease nobody else holds.
+  (`cli.cluster_config.lease_of`), and refuses to lead without one, instead of electing itself on a Lease nobody
+  else holds.
 * **The CLI reads what the controller reads.** The chart's ConfigMap `<release>-config` carries the labels of
-  `CONFIG_SELECTOR` and the file under `CONFIG_KEY`; `config_from_configmap` validates it with the same `Config`
-  model (and `MIGCTL_*` overrides) as `load_config` does a file.
+  `CONFIG_SELECTOR` and the file under `CONFIG_KEY`; `cli.cluster_config.config_from_configmap` validates it with
+  the same `Config` model (and `MIGCTL_*` overrides) as `load_config` does a file. Reading the ConfigMap object is
+  the CLI's (it may read API objects; this layer may not).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -59,11 +60,6 @@ def in_pod_lease(cfg: Config, environ: Mapping[str, str] | None = None, sa_file:
     return with_lease(cfg, namespace) if namespace else cfg
 
 
-def where(cm: Mapping[str, Any]) -> str:
-    meta = cm.get("metadata") or {}
-    return f"configmap {meta.get('namespace') or '?'}/{meta.get('name') or '?'}"
-
-
 def config_from_text(text: str, source: str, environ: Mapping[str, str] | None = None) -> Config:
     """A config file's text, validated as `load_config` validates a file (`MIGCTL_*` overrides included)."""
     try:
@@ -79,20 +75,3 @@ def config_from_text(text: str, source: str, environ: Mapping[str, str] | None =
         return Config.model_validate(_merge(loaded, overrides))
     except ValidationError as e:
         raise from_validation_error(source, e) from e
-
-
-def config_from_configmap(cm: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Config:
-    """The controller's Config from its ConfigMap (as the API serves it), naming the ConfigMap in any error."""
-    source = f"{where(cm)} key {CONFIG_KEY}"
-    data = cm.get("data") or {}
-    text = data.get(CONFIG_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(text, str):
-        raise InputError(source, f"missing; expected migctl's config file under data.{CONFIG_KEY}")
-    return config_from_text(text, source, environ)
-
-
-def lease_of(cm: Mapping[str, Any], cfg: Config) -> tuple[str, str]:
-    """(namespace, name) of the Lease the controller of this ConfigMap elects on: its config's, an empty namespace
-    being the ConfigMap's own (the chart runs the controller where its ConfigMap is)."""
-    le = cfg.controller.leader_election
-    return le.lease_namespace or str((cm.get("metadata") or {}).get("namespace") or ""), le.lease_name

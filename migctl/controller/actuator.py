@@ -26,9 +26,11 @@ from typing import Any, NoReturn
 from migctl.adapters.kube.interface import Obj
 from migctl.controller import events as ev
 from migctl.controller.actuator_base import ActuatorBase, Hook, NodeChanged, annotations_of, labels_of, taints_of
+from migctl.controller.dra import DRA_STEPS
+from migctl.controller.executors import owner
 from migctl.controller.inplace import IN_PLACE_STEPS, InPlaceSteps
 from migctl.controller.nodechecks import (
-    PodView,
+    BoundPod,
     capacity_mismatch,
     classify_pods,
     drain_status,
@@ -39,7 +41,6 @@ from migctl.controller.rollback import RollbackSteps
 from migctl.reconcile.nodestate import (
     APPLYING,
     DRAINING,
-    IN_PLACE_PHASES,
     PHASE_ANNOTATIONS,
     PHASES,
     ROLLING_BACK,
@@ -67,9 +68,11 @@ from migctl.wire.names import (
 
 __all__ = [
     "APPLYING", "DRAINING", "PHASES", "PHASE_ANNOTATIONS", "ROLLBACK", "ROLLING_BACK", "STEPS", "VERIFYING",
-    "Actuator", "ActuatorBase", "Hook", "NodeChanged", "PodView", "Rollback", "Target", "capacity_mismatch",
+    "Actuator", "ActuatorBase", "BoundPod", "Hook", "NodeChanged", "Rollback", "Target", "capacity_mismatch",
     "classify_pods", "drain_status", "expected_resources", "layout_json", "mig_manager_verdict",
 ]  # fmt: skip
+
+PodView = BoundPod  # nodechecks' former name, still re-exported for its importers
 
 # Hook points, in the order a reconfiguration meets them (tests and MIGCTL_FAILPOINT stop at each).
 STEPS = (
@@ -86,6 +89,7 @@ STEPS = (
     "rolling-back",  # phase rolling-back written
     "rollback-relabelled",  # the label is back on the previous config; waiting for mig-manager
     *IN_PLACE_STEPS,  # the in-place path's (controller/inplace.py)
+    *DRA_STEPS,  # the static-MIG DRA path's (controller/dra.py)
 )
 
 
@@ -118,11 +122,14 @@ class Actuator(RollbackSteps, InPlaceSteps):
         if state.foreign:
             self._leave_alone(name, state)
         if state.problem or state.target is None or state.since is None:
-            return self._unreadable(name, state)
+            return self._end_unreadable(name, state)
+        self._log(state.target, name, "driving from phase %s", state.phase)
+        return owner(state.phase).drive(self, name, state)
+
+    def drive_stock(self, name: str, state: NodeState) -> str:
+        """The stock path's phases (its `Executor.drive`)."""
+        assert state.target is not None and state.since is not None  # drive: readable
         target, since = state.target, state.since
-        self._log(target, name, "driving from phase %s", state.phase)
-        if state.phase in IN_PLACE_PHASES:
-            return self.drive_in_place(name, state)
         if state.phase == DRAINING:
             return self._drain(name, target, since)
         if state.phase == APPLYING:
@@ -152,13 +159,24 @@ class Actuator(RollbackSteps, InPlaceSteps):
         if state.foreign:
             self._leave_alone(name, state)
         if state.problem or state.target is None:
-            return self._unreadable(name, state)
+            return self._end_unreadable(name, state)
+        return owner(state.phase).release(self, name, state, why)
+
+    def release_stock(self, name: str, state: NodeState, why: str) -> str:
+        """The stock path's release (its `Executor.release`): roll back, relabelling only if the label moved."""
+        assert state.target is not None  # release: readable
         if state.phase == ROLLING_BACK and state.rollback is not None:
             return self._rollback_continue(name, state.target, state.rollback, state.since or self.clock())
-        if state.phase in IN_PLACE_PHASES:
-            return self.release_in_place(name, state, why)
-        relabel = state.phase != DRAINING or self._label_moved(node, state.target)
+        relabel = state.phase != DRAINING or self._label_moved(self.kube.read_node(name), state.target)
         return self._rollback(name, state.target, Rollback(why, "released", relabel, backoff=False))
+
+    def _end_unreadable(self, name: str, state: NodeState) -> str:
+        """Phase annotations this migctl cannot use: the owning executor's own end where it has one and the
+        target is readable (the DRA path lifts its fences), else the rollback (rollback.py)."""
+        end = owner(state.phase).unreadable
+        if end is not None and state.target is not None:
+            return end(self, name, state, f"unreadable phase annotations: {state.problem or 'phase-since missing'}")
+        return self._unreadable(name, state)
 
     def _leave_alone(self, name: str, state: NodeState) -> NoReturn:
         """Another migctl version wrote this node's phase annotations: say so and write nothing (LeftAlone; the

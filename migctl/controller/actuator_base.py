@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from migctl.adapters.kube.calls import Stopped
 from migctl.adapters.kube.interface import ControllerApi, Obj
+from migctl.adapters.views import as_mapping, node_view
 from migctl.config import Config
 from migctl.controller import events as ev
 from migctl.controller.configmap import ConfigMapWriter
@@ -33,15 +34,16 @@ class NodeChanged(Exception):  # noqa: N818 - a signal
 
 
 def annotations_of(node: Obj) -> dict[str, str]:
-    return dict(((node.get("metadata") or {}).get("annotations")) or {})
+    return dict(node_view(node).annotations)
 
 
 def labels_of(node: Obj) -> dict[str, str]:
-    return dict(((node.get("metadata") or {}).get("labels")) or {})
+    return dict(node_view(node).labels)
 
 
 def taints_of(node: Obj) -> list[Obj]:
-    return list(((node.get("spec") or {}).get("taints")) or [])
+    taints = as_mapping(node.get("spec")).get("taints")
+    return [dict(t) for t in taints if isinstance(t, Mapping)] if isinstance(taints, list) else []
 
 
 @dataclass
@@ -70,9 +72,10 @@ class ActuatorBase:
     def _tainted(self, node: Obj) -> bool:
         return any(t.get("key") == self.taint_key for t in taints_of(node))
 
-    def _begin(self, name: str, target: Target, expect: Callable[[Obj], bool], phase: str) -> None:
-        """One conditional write starts a change on either path: the taint and the phase annotations (`phase`,
-        its start, the target), or NodeChanged when the node is already changing or no longer as planned."""
+    def _begin(self, name: str, target: Target, expect: Callable[[Obj], bool], phase: str, taint: bool = True) -> None:
+        """One conditional write starts a change on any path: the taint (unless `taint` is False: the DRA path
+        fences devices instead) and the phase annotations (`phase`, its start, the target), or NodeChanged when the
+        node is already changing or no longer as planned."""
 
         def mutate(node: Obj) -> Obj | None:
             ann = annotations_of(node)
@@ -82,14 +85,16 @@ class ActuatorBase:
                 raise NodeChanged("already being reconfigured")
             if not expect(node):
                 raise NodeChanged("changed since planning")
-            taints = [*taints_of(node), {"key": self.taint_key, "value": "true", "effect": "NoSchedule"}]
             now = f"{self.clock():.3f}"
             annotations = dict.fromkeys(PHASE_ANNOTATIONS)  # clears leftovers of an older change
             annotations.update({PLAN_ID: target.plan_id, PHASE: phase, PHASE_SINCE: now,
                                 TARGET: target.to_json(), LAST_ATTEMPT: now})  # fmt: skip
+            if not taint:
+                return {"metadata": {"annotations": annotations}}
+            taints = [*taints_of(node), {"key": self.taint_key, "value": "true", "effect": "NoSchedule"}]
             return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
 
-        self.kube.update_node(name, mutate, what="taint")
+        self.kube.update_node(name, mutate, what="taint" if taint else "begin")
         self.metrics.started.inc()
 
     def _step(self, node: str, step: str) -> None:

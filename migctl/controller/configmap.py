@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from migctl.adapters.kube.errors import ConflictError
 from migctl.adapters.kube.interface import ControllerApi, Obj
+from migctl.adapters.views import node_view
 from migctl.core.migparted.config import ConfigEntry, MigPartedConfig, entries_for, parse, render, without_unreadable
 from migctl.core.model.gpu_config import CONFIG_PREFIX, NodeConfig
 from migctl.core.model.settings import GpuOperatorSettings
@@ -35,11 +36,11 @@ def referenced_configs(nodes: Iterable[Obj]) -> set[str]:
     """Config names some node still needs: its label, its in-flight target, the config a rollback returns to."""
     out: set[str] = set()
     for node in nodes:
-        meta = node.get("metadata") or {}
-        label = (meta.get("labels") or {}).get(MIG_CONFIG)
+        view = node_view(node)
+        label = view.labels.get(MIG_CONFIG)
         if label:
-            out.add(str(label))
-        out |= target_configs(meta.get("annotations") or {})
+            out.add(label)
+        out |= target_configs(view.annotations)
     return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from migctl.adapters.kube.interface import Obj
@@ -113,6 +114,60 @@ def layout_after(recorded: str | None, status: wire.Status | None) -> dict[int, 
     return gpus or None
 
 
+@dataclass(frozen=True)
+class AgentAnswer:
+    """What the wait for the agent's answer to a plan saw: `applied`, or how the change ends (blocked or failed as
+    the agent said, `failed` when its status is unreadable, `timeout`); `uncertain`: the GPUs may differ from the
+    record until the agent reports them."""
+
+    result: str
+    why: str
+    status: wire.Status | None
+    uncertain: bool = False
+
+
+def agent_answer(annotations: Mapping[str, Any], plan: str, waited: float, timeout: float) -> AgentAnswer | None:
+    """The agent's answer to `plan` after `waited` seconds of a wait bounded by `timeout` (None: keep waiting).
+    Shared by every path whose node agent applies (in place, static-MIG DRA): the same protocol."""
+    status, problem = read_status(annotations, plan)
+    if problem:
+        return AgentAnswer("failed", problem, None, uncertain=True)
+    if status is not None and status.state == "applied":
+        return AgentAnswer("applied", "", status)
+    if status is not None:  # blocked or failed: the agent left those GPUs as they were (all or nothing)
+        return AgentAnswer(status.state, f"the node agent answered {status.state}: {status.message or 'no message'}",
+                           status)  # fmt: skip
+    if waited >= timeout:
+        why = f"no answer from the node agent within {timeout:.0f} s (is migctl's agent running there?)"
+        return AgentAnswer("timeout", why, None, uncertain=True)
+    return None
+
+
+def end_annotations(
+    name: str, current: Mapping[str, str], settings: Any, layout_key: str, now: float, *, ok: bool, reason: str,
+    layout: Mapping[int, GpuConfig] | None, status: wire.Status | None, backoff: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """The annotations the one final write of an agent-applied change sets (in place or DRA): the phase
+    annotations cleared and the layout recorded (`layout`, else the previous record with what the agent reported,
+    `layout_after`); on success the failure record cleared; on failure the agent's target removed (nobody waits
+    for it any more: a restarting agent must not apply it), `last-error` set and, with `backoff`, the failure
+    backoff doubled."""
+    gpus = layout if layout is not None else layout_after(current.get(layout_key), status)
+    ann: dict[str, Any] = dict.fromkeys(PHASE_ANNOTATIONS)
+    if gpus:
+        ann[layout_key] = layout_codec.encode(wire_layouts(gpus), config_name(gpus))
+    if ok:
+        ann.update({LAST_CHANGE: f"{now:.3f}", FAILURES: None, BACKOFF_UNTIL: None, LAST_ERROR: None})
+        return ann
+    ann[IN_PLACE_TARGET] = None
+    ann[LAST_ERROR] = reason[:1000]
+    if backoff:
+        failures = NodeRecord.from_annotations(name, current).failures + 1
+        ann[FAILURES] = str(failures)
+        ann[BACKOFF_UNTIL] = f"{now + failure_backoff(failures, settings):.3f}"
+    return ann
+
+
 class InPlaceSteps(ActuatorBase):
     """The in-place phases (mixed into `Actuator`, whose `drive` hands them the nodes in an in-place phase)."""
 
@@ -166,21 +221,15 @@ class InPlaceSteps(ActuatorBase):
         return self._await_agent(name, target, self.clock())
 
     def _await_agent(self, name: str, target: Target, since: float) -> str:
-        timeout = self.settings.in_place_agent_timeout_s
         while True:
             node = self.kube.read_node(name)
             self._owned(node, target)
-            status, problem = read_status(annotations_of(node), target.plan_id)
-            if problem:
-                return self._end(name, target, "failed", problem, None, uncertain=True)
-            if status is not None and status.state == "applied":
+            answer = agent_answer(annotations_of(node), target.plan_id, self.clock() - since,
+                                  self.settings.in_place_agent_timeout_s)  # fmt: skip
+            if answer is not None and answer.result == "applied":
                 break
-            if status is not None:  # blocked or failed: the agent left those GPUs as they were (all or nothing)
-                why = f"the node agent answered {status.state}: {status.message or 'no message'}"
-                return self._end(name, target, status.state, why, status)
-            if self.clock() - since >= timeout:
-                why = f"no answer from the node agent within {timeout:.0f} s (is migctl's agent running there?)"
-                return self._end(name, target, "timeout", why, None, uncertain=True)
+            if answer is not None:
+                return self._end(name, target, answer.result, answer.why, answer.status, uncertain=answer.uncertain)
             self._sleep()
         self._step(name, "in-place-applied-seen")
         self._set_phase(name, target, ADVERTISING)
@@ -220,19 +269,8 @@ class InPlaceSteps(ActuatorBase):
             if not current.get(PLAN_ID) and not self._tainted(node):
                 return None  # done already (a retried write whose response was lost)
             self._owned(node, target)
-            gpus = layout if layout is not None else layout_after(current.get(layout_key), status)
-            ann: dict[str, Any] = dict.fromkeys(PHASE_ANNOTATIONS)
-            if gpus:
-                ann[layout_key] = layout_codec.encode(wire_layouts(gpus), config_name(gpus))
-            if ok:
-                ann.update({LAST_CHANGE: f"{self.clock():.3f}", FAILURES: None, BACKOFF_UNTIL: None, LAST_ERROR: None})
-            else:
-                ann[IN_PLACE_TARGET] = None  # nobody waits for it any more: a restarting agent must not apply it
-                ann[LAST_ERROR] = reason[:1000]
-                if backoff:
-                    failures = NodeRecord.from_annotations(name, current).failures + 1
-                    ann[FAILURES] = str(failures)
-                    ann[BACKOFF_UNTIL] = f"{self.clock() + failure_backoff(failures, self.settings):.3f}"
+            ann = end_annotations(name, current, self.settings, layout_key, self.clock(), ok=ok, reason=reason,
+                                  layout=layout, status=status, backoff=backoff)  # fmt: skip
             taints = [t for t in taints_of(node) if t.get("key") != self.taint_key]
             return {"metadata": {"annotations": ann}, "spec": {"taints": taints or None}}
 

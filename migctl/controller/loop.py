@@ -10,21 +10,23 @@ arrives meanwhile runs once more afterwards). A reconcile, on the leader only:
      still arriving (reconcile.hold_burst) and looks again when it lands;
   3. plans; once demand has settled (batching window, one per path), `reconcile.decide` says which node changes
      start, on which path (mig-manager or in-place); each starts on its own worker thread (dry run: only Events);
-  4. publishes metrics and Events (reporting.py).
+  4. on DRA clusters, makes migctl's DeviceTaintRules what the step's fences say (fences.py): every reconcile,
+     whether or not a batching window closed, since first fit allocates the pending claims meanwhile;
+  5. publishes metrics and Events (reporting.py).
 The decisions are pure (reconcile.py); this module only watches, leads and executes. Leadership loss sets the
 term's stop flag: every worker stops before its next write.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from apscheduler.schedulers.background import BackgroundScheduler
-
+from migctl.adapters.dra.taintrules import owned_rules
 from migctl.adapters.kube import ApiClient, KubeApi, Obj, Stopped
 from migctl.adapters.kube.cache import ClusterCache, fingerprint
 from migctl.adapters.kube.errors import KubeError
@@ -36,11 +38,14 @@ from migctl.controller import events as ev
 from migctl.controller.actuator import Actuator, Hook
 from migctl.controller.configmap import ConfigMapWriter, referenced_configs
 from migctl.controller.events import EventSink
+from migctl.controller.executors import BEGIN  # how each path's change starts (one record per path)
+from migctl.controller.fences import FenceKeeper
 from migctl.controller.gates import TAINTED_STEPS, Gates, unplanned
 from migctl.controller.leader import LeaderElector, default_identity
 from migctl.controller.metrics import Metrics, MetricsServer
 from migctl.controller.reporting import Reporter
-from migctl.controller.snapshots import build_snapshot
+from migctl.controller.scheduling import make_scheduler
+from migctl.controller.snapshots import build_snapshot, dra_facts
 from migctl.controller.workers import Workers
 from migctl.core.hardware.catalog import Catalog, load_catalog
 from migctl.core.model.plan import Plan
@@ -48,16 +53,12 @@ from migctl.core.planner import plan as make_plan
 from migctl.reconcile.decide import Start, Windows
 from migctl.reconcile.facts import NodeFacts, reserved_pods
 from migctl.reconcile.guards import EvictionLedger
-from migctl.reconcile.paths import IN_PLACE_PATH, STOCK, opted_in
+from migctl.reconcile.paths import opted_in
 from migctl.reconcile.reasons import Code
 from migctl.reconcile.step import Clock, Facts, Outcome, step
 from migctl.wire.names import HOSTNAME
 
 log = logging.getLogger(__name__)
-
-
-# How each path's change starts (`reconcile/paths.py` names the paths; the actuator carries them out).
-BEGIN: dict[str, Callable[..., str]] = {STOCK.name: Actuator.start, IN_PLACE_PATH.name: Actuator.start_in_place}
 
 
 class Controller(Workers):
@@ -90,6 +91,8 @@ class Controller(Workers):
         self.events = EventSink(self.kube, self.identity, self.pod_uids.get)
         self.reporter = Reporter(self.metrics, self.events, self.settings)
         self.gates = Gates(self.metrics, self.events)
+        self.fences = FenceKeeper(self.events, self.metrics)
+        self.term_kube: ControllerApi | None = None  # the leader term's API: its writes stop when the term ends
         selector = self.settings.in_place_selector
         self.in_place = lambda labels: opted_in(labels, selector)  # one object: the memo's key
         self.ledger = EvictionLedger()
@@ -106,7 +109,7 @@ class Controller(Workers):
         )
         self.conversions = ConversionMemo()  # objects converted by the last reconcile, by uid + resourceVersion
         self.windows = Windows(self.settings)
-        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None})
+        self.scheduler = make_scheduler()  # jobs on daemon threads: SIGTERM never waits for a plan
         self.term_stop = threading.Event()
         self.term_stop.set()  # not leading yet
         self.actuator: Actuator | None = None
@@ -221,7 +224,7 @@ class Controller(Workers):
             hook=self._step,
             clock=self.clock,
         )
-        self.gates.kube = kube
+        self.gates.kube = self.term_kube = kube
         if not self.settings.dry_run:
             try:
                 self.actuator.configmaps.ensure_exists()
@@ -341,13 +344,14 @@ class Controller(Workers):
         objects = self.cache.objects()
         self.pod_uids.clear()
         self.pod_uids.update({p.key: p.uid for p in map(pod_view, filter(is_pod, objects)) if p.uid})
-        snapshot, opted_out = build_snapshot(
-            self.cache, self.config, self.catalog, self.conversions, reserved, self.in_place
-        )
+        read = build_snapshot(self.cache, objects, self.config, self.catalog, self.conversions, reserved, self.in_place)
+        snapshot = read.snapshot
         strays = unplanned(objects, {p.key for p in snapshot.pods} | reserved)
+        modes = {n.name: n.dra for n in snapshot.nodes if n.dra}  # DRA nodes take a DRA path (reconcile/paths.py)
+        facts = {name: dataclasses.replace(f, dra=modes.get(name, "")) for name, f in facts.items()}
         facts_now = Facts(
-            snapshot, facts, frozenset(in_flight), paused, self.settings.queue_gate, frozenset(opted_out),
-            self.ledger.count(now), tuple(strays),
+            snapshot, facts, frozenset(in_flight), paused, self.settings.queue_gate, read.opted_out,
+            self.ledger.count(now), tuple(strays), dra_facts(read.dra, self.settings),
         )  # fmt: skip
         out = self.last_outcome = step(
             facts_now, self.windows, self.settings, Clock.at(now), lambda s: make_plan(s, self.config.planner)
@@ -355,6 +359,10 @@ class Controller(Workers):
         result = self.last_plan = out.plan
         self.reporter.refused({n: r.text for n, r in out.refused.items()})
         self.reporter.planned(out.planned, result, time.perf_counter() - started)
+        if self.term_kube is not None:  # DRA: migctl's DeviceTaintRules as the step's fences say (fences.py)
+            pools = {name: pool.name for name, pool in read.dra.pools.items()}
+            self.fences.after_step(self.term_kube, out.fences, owned_rules(objects), pools, facts, in_flight,
+                                   self.settings, paused, now)  # fmt: skip
 
         # 3. carry out the outcome: when to look again, the pods left out, the gates, the starts and holds
         if out.burst_until is not None:  # a burst still arriving: look again once it has landed

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from migctl.adapters.kube.interface import Obj
 from migctl.adapters.nodes import offers
 from migctl.adapters.requests import holds_any
+from migctl.adapters.views import as_mapping, node_view, pod_view
 from migctl.core.hardware.naming import profile_from_resource, resource_name
 from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.text.label_values import MAX_INSTANCES_PER_POD
@@ -58,7 +59,7 @@ def expected_resources(gpus: Mapping[int, GpuConfig]) -> Counter[str]:
 def allocatable_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
     """ "" when allocatable matches the layout (stale zero-valued resources ignored): the device plugin's part."""
     want = expected_resources(gpus)
-    alloc = ((node.get("status") or {}).get("allocatable")) or {}
+    alloc = as_mapping(as_mapping(node.get("status")).get("allocatable"))
     have: dict[str, int] = {}
     for k, v in alloc.items():
         if profile_from_resource(k) or k == WHOLE_GPU_RESOURCE:
@@ -74,7 +75,7 @@ def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
     """ "" when allocatable and GFD's count labels match the layout (stale zero-valued resources ignored)."""
     want = expected_resources(gpus)
     problems = [p for p in (allocatable_mismatch(node, gpus),) if p]
-    labels = ((node.get("metadata") or {}).get("labels")) or {}
+    labels = node_view(node).labels
     gfd = {
         k[: -len(".count")]: _count(v)
         for k, v in labels.items()
@@ -88,14 +89,16 @@ def capacity_mismatch(node: Obj, gpus: Mapping[int, GpuConfig]) -> str:
 
 
 @dataclass(frozen=True)
-class PodView:
+class BoundPod:
+    """A pod bound to the node being changed, as the drain reads it."""
+
     key: str
     uid: str
     terminating: bool
     gpu: bool
 
 
-def classify_pods(pods: Iterable[Obj], vram_resource: str, node: Obj | None = None) -> list[PodView]:
+def classify_pods(pods: Iterable[Obj], vram_resource: str, node: Obj | None = None) -> list[BoundPod]:
     """Pods bound to a node, with whether they hold a GPU resource (`adapters/requests.py`, the one reader of
     requests; finished pods are left out). With `node`, only a resource the node offers can hold one there, as
     the snapshot reads it (`adapters/objects.py`): an absurd value of a resource it does not offer holds none."""
@@ -105,19 +108,18 @@ def classify_pods(pods: Iterable[Obj], vram_resource: str, node: Obj | None = No
 
     out = []
     for p in pods:
-        meta, status = p.get("metadata") or {}, p.get("status") or {}
-        if status.get("phase") in ("Succeeded", "Failed"):
+        view = pod_view(p)
+        if view.finished:
             continue
         try:  # a GPU resource of 0 (`0`, `0Gi`) holds nothing; one that cannot be read may hold a GPU
             gpu = holds_any(p, device)
         except (TypeError, ValueError):
             gpu = True  # containers that cannot be read: the safe side, as a GPU pod
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
-        out.append(PodView(key, str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")), gpu))
+        out.append(BoundPod(view.key, view.uid, view.deleting, gpu))
     return out
 
 
-def drain_status(pods: Iterable[PodView], target: Target) -> tuple[list[str], list[PodView], list[str]]:
+def drain_status(pods: Iterable[BoundPod], target: Target) -> tuple[list[str], list[BoundPod], list[str]]:
     """(unexpected GPU pods, pods still to evict, GPU pods still present that must go before configuring)."""
     allowed = set(target.keep) | set(target.evict)
     gpu = [p for p in pods if p.gpu]

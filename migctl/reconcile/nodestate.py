@@ -34,7 +34,12 @@ DRAINING, APPLYING, VERIFYING, ROLLING_BACK = "draining", "applying", "verifying
 # The in-place path's phases (controller/inplace.py): waiting for bound pods' admission, for the agent, for allocatable.
 ADMITTING, AGENT_APPLYING, ADVERTISING = "in-place-admitting", "in-place-applying", "in-place-advertising"
 IN_PLACE_PHASES = (ADMITTING, AGENT_APPLYING, ADVERTISING)
-PHASES = (DRAINING, APPLYING, VERIFYING, ROLLING_BACK, *IN_PLACE_PHASES)
+# The static-MIG DRA path's (controller/dra.py): fencing the changed GPUs' devices, waiting for claims that landed on
+# them after planning, for the agent, for the node's ResourceSlices. Never a node taint.
+DRA_FENCING, DRA_DRAINING = "dra-fencing", "dra-draining"
+DRA_APPLYING, DRA_ADVERTISING = "dra-applying", "dra-advertising"
+DRA_PHASES = (DRA_FENCING, DRA_DRAINING, DRA_APPLYING, DRA_ADVERTISING)
+PHASES = (DRAINING, APPLYING, VERIFYING, ROLLING_BACK, *IN_PLACE_PHASES, *DRA_PHASES)
 PHASE_ANNOTATIONS = (PLAN_ID, PHASE, PHASE_SINCE, TARGET, ROLLBACK)
 MAX_CLOCK_SKEW_S = 300.0  # a phase-since further in the future would postpone every timeout: unreadable
 _SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
@@ -272,6 +277,9 @@ def target_configs(annotations: Mapping[str, Any]) -> set[str]:
 
 def phase_timeout(phase: str, settings: Any) -> float:
     """The longest a live controller stays in `phase` before it times out and rolls back."""
+    if phase in DRA_PHASES:  # the same on the DRA path (fencing itself does not wait)
+        return float(max(settings.dra_fence_settle_s, settings.dra_drain_timeout_s, settings.dra_agent_timeout_s,
+                         settings.dra_advertise_timeout_s))  # fmt: skip
     if phase in IN_PLACE_PHASES:  # each in-place wait is bounded; the longest of them bounds every phase
         return float(max(settings.in_place_admission_timeout_s, settings.in_place_agent_timeout_s,
                          settings.in_place_advertise_timeout_s))  # fmt: skip

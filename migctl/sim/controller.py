@@ -37,7 +37,7 @@ from migctl.reconcile.decide import Windows
 from migctl.reconcile.facts import NodeFacts
 from migctl.reconcile.guards import NodeRecord
 from migctl.reconcile.paths import IN_PLACE_PATH, STOCK, Path
-from migctl.reconcile.step import Clock, Facts, Outcome, step
+from migctl.reconcile.step import Clock, DraFacts, Facts, Outcome, step
 from migctl.sim import gate
 from migctl.sim.mig import Policy, Sim
 from migctl.sim.scheduler import bind_free
@@ -236,6 +236,17 @@ class Controller(Policy):
             self.burst_at = None
         self._reconcile(sim, guarded=True)
 
+    def snapshot(self, sim: Sim, lifted: set[int] | None) -> Snapshot:
+        """The adapter's snapshot of the simulated cluster (`snapshot`); DRA policies tag their nodes."""
+        return snapshot(sim, self.planner.reconfigure_taint, self.in_place, lifted)
+
+    def dra_facts(self, sim: Sim) -> DraFacts | None:
+        """What the fences on DynamicMIG nodes read (`reconcile.step.DraFacts`); None: the cluster has none."""
+        return None
+
+    def steer(self, sim: Sim, out: Outcome) -> None:
+        """Carry out `out.fences` (DynamicMIG nodes only; `policies/dra.py`)."""
+
     def facts(self, sim: Sim) -> dict[str, NodeFacts]:
         """Each node as the controller reads its Node object: opted into the in-place path (with the GPU
         Operator's mig-manager off) or not, what the actuator recorded of it, and migctl's taint while a change
@@ -262,14 +273,16 @@ class Controller(Policy):
         `Outcome` carried out here. Unguarded (the packing rounds): plan and apply at once, as before the timeline."""
         now = sim.now
         gated = self.gate and guarded
-        snap = snapshot(sim, self.planner.reconfigure_taint, self.in_place, self.lifted if gated else None)
+        snap = self.snapshot(sim, self.lifted if gated else None)
         if not guarded:
             result = self.last_plan = self._plan(sim, snap)
             self._carry_out(sim, result, [n.name for n in result.nodes if n.changed], gated=False)
             return
-        facts = Facts(snap, self.facts(sim), frozenset(node_name(n) for n in sim.windows), self.settings.paused, gated)
+        in_flight = frozenset(node_name(n) for n in sim.windows)
+        facts = Facts(snap, self.facts(sim), in_flight, self.settings.paused, gated, dra=self.dra_facts(sim))
         out = step(facts, self.windows, self.settings, Clock(now, EPOCH_S + now), lambda s: self._plan(sim, s))
         self.last_plan, self.claims = out.plan, out.claims
+        self.steer(sim, out)
         self._bind_claims(sim, out)
         if out.burst_until is not None:  # a burst still arriving: its wasteful pods wait until it has landed
             self.burst_at = out.burst_until - EPOCH_S + 0.01

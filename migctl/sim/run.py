@@ -15,6 +15,7 @@ from migctl.config import ControllerSettings
 from migctl.core.hardware.catalog import GpuModel
 from migctl.core.hardware.geometry import CanonicalLayout, canonical
 from migctl.core.model.settings import PlannerSettings
+from migctl.sim.dra import DraTime
 from migctl.sim.mig import ARRIVE, DEPART, DONE, WAKE, Policy, RunResult, Sample, Sim
 from migctl.sim.policies import make_policy
 from migctl.sim.state import Cluster
@@ -39,17 +40,21 @@ def simulate(
     planner: PlannerSettings | None = None,
     controller: ControllerSettings | None = None,
     in_place: InPlaceTime | None = None,
+    dra: DraTime | None = None,
 ) -> RunResult:
     """Run one policy over `jobs`. `reconfig_s` is shorthand for a fixed reconfiguration time; `initial` is the
     layout every GPU starts with when `policy` is a Policy object (a name brings its own);
     `planner` and `controller` are the settings a named migctl policy runs with (defaults when None); `in_place`
-    the timing of `migctl-inplace`'s changes (`InPlaceTime`: NVML operations, re-advertise window)."""
+    the timing of `migctl-inplace`'s changes (`InPlaceTime`: NVML operations, re-advertise window); `dra` the DRA
+    policies' fence latency and plugin restart (`DraTime`)."""
     if batch < 1:  # without departures each round takes up to `batch` arrivals: 0 would never take one
         raise ValueError(f"batch must be >= 1 (arrivals per planning round), got {batch}")
     timing = reconfig or (ReconfigTime(reconfig_s, 0.0) if reconfig_s is not None else ReconfigTime())
     jobs = sorted(jobs, key=lambda j: j.arrival)  # job id = arrival rank (pod names and tie-breaks follow it)
     if isinstance(policy, str):
-        cl, pol = make_policy(policy, jobs, node_gpus, model, planner, controller, seed=seed, in_place=in_place)
+        cl, pol = make_policy(
+            policy, jobs, node_gpus, model, planner, controller, seed=seed, in_place=in_place, dra=dra
+        )
     else:
         cl, pol = Cluster(node_gpus, model, initial, track=policy.tracks_placements), policy
     sim = Sim(jobs, cl, timing, np.random.default_rng(seed), not departures, create_s)

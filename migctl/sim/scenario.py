@@ -29,10 +29,13 @@ from migctl.config import ControllerSettings
 from migctl.core.hardware.catalog import GpuModel
 from migctl.core.model.settings import PlannerSettings
 from migctl.sim.continuous import MILLI, ContinuousSim, resample, typical_pods
+from migctl.sim.dra import DraTime
 from migctl.sim.mig import RunResult
 from migctl.sim.names import (
     ALL_POLICIES,
     CONTINUOUS,
+    DEFAULT_DRA_FENCE_S,
+    DEFAULT_DRA_RESTART_S,
     DEFAULT_READVERTISE_S,
     DEFAULT_RECONFIG_S,
     DEFAULT_SIGMA,
@@ -129,6 +132,8 @@ class Scenario:
     reconfig_s: float = DEFAULT_RECONFIG_S  # median of the reconfiguration time
     reconfig_sigma: float = DEFAULT_SIGMA  # lognormal shape; 0: always reconfig_s
     readvertise_s: float = DEFAULT_READVERTISE_S  # median of the in-place path's re-advertise window
+    dra_restart_s: float = DEFAULT_DRA_RESTART_S  # median of the static-MIG DRA plugin's restart
+    dra_fence_s: float = DEFAULT_DRA_FENCE_S  # a DeviceTaintRule written until first fit honours it
     ratio: float = 1.3
     batch: int = 32
     miso_gap_s: float = 20.0
@@ -148,6 +153,10 @@ class Scenario:
     @property
     def in_place(self) -> InPlaceTime:
         return InPlaceTime(self.readvertise_s)
+
+    @property
+    def dra(self) -> DraTime:
+        return DraTime(self.dra_fence_s, self.dra_restart_s)
 
     def run(self, on_run: Callable[[str, int], None] | None = None) -> None:
         """Every policy on every seed; `on_run(policy, seed)` after each run (the CLI's progress bar)."""
@@ -181,6 +190,7 @@ class Scenario:
                 policy,
                 reconfig=self.timing,
                 in_place=self.in_place,
+                dra=self.dra,
                 batch=self.batch,
                 departures=False,
                 drop_unplaced=True,
@@ -201,6 +211,7 @@ class Scenario:
             policy,
             reconfig=self.timing,
             in_place=self.in_place,
+            dra=self.dra,
             seed=seed,
             planner=self.planner,
             controller=self.controller,
@@ -240,6 +251,9 @@ class Scenario:
             "reconfig": self.timing.describe(),
             "readvertise_s": self.readvertise_s,
             "in_place": self.in_place.describe(),
+            "dra_restart_s": self.dra_restart_s,
+            "dra_fence_s": self.dra_fence_s,
+            "dra": self.dra.describe(),
             "batch": self.batch,
             "metrics": {p: {m: {"mean": v[0], "std": v[1]} for m, v in t.items()} for p, t in self.table().items()},
             "runs": self.runs,

@@ -10,11 +10,14 @@ Policies must not place on a GPU inside either window (`Cluster.open`); `apply` 
 
 A run of the in-place path (`Cluster(track=True)`) also knows where every instance sits and which job holds it
 (`GpuState.spots`): a busy GPU is re-cut around the instances in use by the same rule the agent applies
-(`migctl.core.inplace.reach.reach`), so an instance in use never moves.
+(`migctl.core.inplace.reach.reach`), so an instance in use never moves. On DynamicMIG nodes (`sim/dra.py`) the
+allocator, not a rule, picks each partition's placement: `make` creates it there and `drop_free` destroys the
+partitions no pod holds any more.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,6 +59,7 @@ class GpuState:
 @dataclass
 class NodeState:
     ready_at: float = 0.0  # reconfiguring (node-wide window) until then
+    closed_from: float = -math.inf  # ... but open before this (a window narrowed to some GPUs: `Cluster.narrow`)
     windows: int = 0  # node-wide reconfigurations so far
     paused_s: float = 0.0  # seconds spent in them
 
@@ -96,12 +100,22 @@ class Cluster:
 
     def node_open(self, n: int) -> bool:
         """No node-wide reconfiguration in progress: pods may land on its GPUs."""
-        return self.nodes[n].ready_at <= self.now
+        ns = self.nodes[n]
+        return not ns.closed_from <= self.now < ns.ready_at
 
     def open(self, gid: int) -> bool:
         """A pod may land on this GPU now (neither its node nor the GPU itself is being reconfigured)."""
         g = self.gpus[gid]
-        return g.ready_at <= self.now and self.nodes[g.node].ready_at <= self.now
+        return g.ready_at <= self.now and self.node_open(g.node)
+
+    def narrow(self, node: int, gids: Sequence[int], node_from: float) -> None:
+        """Narrow the node's window, which `Sim.reconfigure` just opened, to the GPUs `gids` until it ends; the
+        rest of the node closes only from `node_from` on (static-MIG DRA: DeviceTaintRules fence the changed GPUs,
+        and the plugin's restart at the end holds every new pod of the node)."""
+        ns = self.nodes[node]
+        for gid in gids:
+            self.gpus[gid].ready_at = max(self.gpus[gid].ready_at, ns.ready_at)
+        ns.closed_from = node_from
 
     def relayout(self, gid: int, layout: CanonicalLayout) -> None:
         g = self.gpus[gid]
@@ -155,6 +169,26 @@ class Cluster:
             if g.spots is not None:
                 held = next(s for s, j in g.spots.items() if j == job and s.profile == p)
                 g.spots[held] = None
+
+    def make(self, gid: int, spot: Spot, job: int) -> None:
+        """Create the partition `spot` on a tracked GPU for `job` at the placement an allocator chose (DynamicMIG:
+        NVIDIA's driver makes what the scheduler allocated); its memory slices must be free."""
+        g = self.gpus[gid]
+        assert g.spots is not None, "partitions are made only on tracked GPUs"
+        mask = ((1 << spot.size) - 1) << spot.start
+        assert not any(((1 << s.size) - 1) << s.start & mask for s in g.spots), f"GPU {gid}: {spot} overlaps"
+        layout = g.layout + Counter({spot.profile: 1})
+        assert self.shapes.geo.is_valid(canonical(layout)), f"GPU {gid}: {canonical(layout)} is not a valid layout"
+        g.spots[spot] = job
+        g.layout = layout
+        g.used[spot.profile] += 1
+
+    def drop_free(self, gid: int) -> None:
+        """Destroy the partitions of a tracked GPU that no job holds (DynamicMIG's unprepare of a claim)."""
+        g = self.gpus[gid]
+        assert g.spots is not None
+        g.spots = {s: j for s, j in g.spots.items() if j is not None}
+        g.layout = Counter(s.profile for s in g.spots)
 
 
 def free_profile(g: GpuState, fits: tuple[str, ...]) -> str | None:

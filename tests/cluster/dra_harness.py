@@ -220,7 +220,7 @@ class DraCluster:
                 return str(c.get("message", "")) or "Unschedulable"
         return None
 
-    def wait_placed(self, pod_name: str, timeout: float = 30.0) -> Placed:
+    def wait_placed(self, pod_name: str, timeout: float = 60.0) -> Placed:
         return wait_for(f"pod {pod_name} Running with its claim allocated", lambda: self.placed(pod_name), timeout)
 
     def wait_unschedulable(self, pod_name: str, timeout: float = 30.0) -> str:

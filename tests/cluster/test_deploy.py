@@ -110,7 +110,9 @@ def test_default_render_has_the_safe_shape(helm: Path) -> None:
         ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "PodDisruptionBudget", "Role",
          "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
-    assert one(objs, "ValidatingAdmissionPolicy")["metadata"]["name"].endswith("-agent-node-restriction")
+    assert {p["metadata"]["name"] for p in find(objs, "ValidatingAdmissionPolicy")} == {
+        "migctl-agent-node-restriction", "migctl-controller-fences"
+    }  # fmt: skip
     assert not find(objs, "Deployment", "-fallback"), "the fallback is off by default"
 
     ctl = one(objs, "Deployment", "-controller")["spec"]
@@ -166,7 +168,7 @@ def test_full_render_uses_the_values(helm: Path) -> None:
     assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["my-lease"],
             "verbs": ["get", "update"]} in rules  # fmt: skip
     assert {p["metadata"]["name"] for p in find(objs, "ValidatingAdmissionPolicy")} == {
-        "migctl-agent-node-restriction", "migctl-fallback-status-restriction"
+        "migctl-agent-node-restriction", "migctl-fallback-status-restriction", "migctl-controller-fences"
     }  # fmt: skip
 
 
@@ -733,7 +735,7 @@ def test_agent_changes_only_its_own_node_with_a_real_bound_token(
 @pytest.mark.parametrize("release", [["--set", "agent.nodeRestriction.enabled=false"]], indirect=True,
                          ids=["no-node-restriction"])  # fmt: skip
 def test_node_restriction_can_be_turned_off(release: Release) -> None:
-    assert not find(release.objs, "ValidatingAdmissionPolicy")
+    assert not find(release.objs, "ValidatingAdmissionPolicy", "-agent-node-restriction")
 
 
 FALLBACK = ["--set", "fallback.enabled=true"]

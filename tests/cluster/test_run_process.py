@@ -87,7 +87,13 @@ def test_run_process_starts_leads_and_stops_on_sigterm(
         holder = wait_for("the Lease to name a holder", lambda: _holder(leases, lease, namespace), timeout=30)
         assert holder
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)  # the kubelet's default grace period
+        except subprocess.TimeoutExpired:
+            log_file.flush()
+            pytest.fail(
+                f"migctl run did not stop within 30 s of SIGTERM; its log ends:\n{log_path.read_text()[-3000:]}"
+            )
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -3,8 +3,12 @@ actuator's state machine and the reconcile loop.
 
 `FakeCluster` implements `ControllerApi` (mypy checks it: this file is in `make lint`'s mypy run): nodes, pods,
 ConfigMaps and Events as plain dicts, JSON merge patches, resourceVersion checks (ConflictError, as the API
-server answers 409), the Eviction API (`blocked` for pods a PodDisruptionBudget protects). `FakeCache` is the
-`ObjectCache` over it (an informer that is always in sync).
+server answers 409), the Eviction API (`blocked` for pods a PodDisruptionBudget protects), Leases (read only).
+DRA: ResourceSlices, claims, templates, DeviceClasses and the GPU Operator's objects are plain objects the test
+adds (`objects()` lists them, nothing acts on them); DeviceTaintRules are created, listed (label selector: `k`,
+`k=v`, comma-separated) and deleted (uid precondition: 409 when it names another object) as the API server does;
+`fail_rules` injects one 500 per listed rule name on its next create or delete. `FakeCache` is the `ObjectCache`
+over it (an informer that is always in sync; its DeviceTaintRules are the informer's: label `migctl.io/fence-node`).
 
 SIMULATED: NVIDIA mig-manager, the device plugin and GFD, at their real interface only, as
 tests/cluster/sim_gpu_operator.py does against a real API server: when a node's `nvidia.com/mig.config` label
@@ -28,10 +32,13 @@ from migctl.adapters.kube.interface import ControllerApi, ObjectCache, ObjectLis
 from migctl.core.hardware.naming import resource_name
 from migctl.core.migparted.apply import resolve
 from migctl.core.migparted.config import parse
+from migctl.wire.names import FENCE_NODE
 
 Obj = dict[str, Any]
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
+DRA_KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "DeviceTaintRule", "GPUCluster",
+             "ClusterPolicy")  # fmt: skip
 
 
 class FakeClock:
@@ -108,17 +115,41 @@ class FakeCluster:
         self.no_capacity_configs: set[str] = set()
         self.mig_parted_key = "config.yaml"
         self.fail_lifts: set[str] = set()  # pod keys whose gate lift answers 500
+        self.fail_rules: set[str] = set()  # rule names whose next create or delete answers 500 (once each)
+        self.leases: dict[str, Obj] = {}  # "<namespace>/<name>" -> Lease
         self._rv = 100
+        # DRA (resource.k8s.io/v1): ResourceSlices by name, ResourceClaims by ns/name, DeviceTaintRules by name;
+        # the other DRA kinds (templates, DeviceClasses, GPUCluster, ClusterPolicy) by "<kind>/<key>"
+        self.resource_slices: dict[str, Obj] = {}
+        self.resource_claims: dict[str, Obj] = {}
+        self.taint_rules: dict[str, Obj] = {}
+        self.dra: dict[str, Obj] = {}
         for o in objects:
             self.add(o)
 
     # -- the test's own hands on the cluster --------------------------------------------------------------
 
     def add(self, obj: Obj) -> None:
+        kind = obj["kind"]
+        if kind in DRA_KINDS:
+            self.add_dra(obj)
+            return
         obj = copy.deepcopy(obj)
-        store = {"Node": self.nodes, "Pod": self.pods, "ConfigMap": self.configmaps}[obj["kind"]]
         self._bump(obj)
-        store[_key(obj)] = obj
+        if kind == "Lease":
+            self.leases[_key(obj)] = obj
+        else:
+            store = {"Node": self.nodes, "Pod": self.pods, "ConfigMap": self.configmaps}[kind]
+            store[_key(obj)] = obj
+
+    def remove(self, kind: str, key: str) -> None:
+        """Delete an object the test added, by kind and "<namespace>/<name>" (or name)."""
+        stores = {"Pod": self.pods, "ResourceSlice": self.resource_slices, "ResourceClaim": self.resource_claims,
+                  "DeviceTaintRule": self.taint_rules}  # fmt: skip
+        if kind in stores:
+            del stores[kind][key]
+        else:
+            del self.dra[f"{kind}/{key}"]
 
     def _bump(self, obj: Obj) -> None:
         self._rv += 1
@@ -221,6 +252,73 @@ class FakeCluster:
     def create_event(self, namespace: str, body: Any) -> None:
         self.events.append(copy.deepcopy(body))
 
+    def read_lease(self, namespace: str, name: str) -> Obj | None:
+        lease = self.leases.get(f"{namespace}/{name}")
+        return copy.deepcopy(lease) if lease is not None else None
+
+    def _inject(self, name: str, op: str) -> None:
+        if name in self.fail_rules:
+            self.fail_rules.discard(name)
+            raise KubeError(f"{op} devicetaintrule {name}", 500, "injected")
+
+    # -- DRA: the test's hands (add_dra) and ControllerApi's calls ------------------------------------------
+
+    def add_dra(self, obj: Obj) -> None:
+        """A DRA object (`DRA_KINDS`), stored as given (with a resourceVersion; a DeviceTaintRule also a uid)."""
+        obj = copy.deepcopy(obj)
+        kind = obj["kind"]
+        self._bump(obj)
+        if kind == "DeviceTaintRule":
+            obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}-{self._rv}")
+        store = {"ResourceSlice": self.resource_slices, "ResourceClaim": self.resource_claims,
+                 "DeviceTaintRule": self.taint_rules}.get(kind)  # fmt: skip
+        if store is not None:
+            store[_key(obj)] = obj
+        else:
+            self.dra[f"{kind}/{_key(obj)}"] = obj
+
+    def dra_objects(self) -> list[Obj]:
+        """Every DRA object but the DeviceTaintRules, as plain objects."""
+        stores = (self.resource_slices, self.resource_claims, self.dra)
+        return [copy.deepcopy(o) for store in stores for _, o in sorted(store.items())]
+
+    def list_node_resource_slices(self, node: str, driver: str) -> list[Obj]:
+        return [
+            copy.deepcopy(s)
+            for s in self.resource_slices.values()
+            if s["spec"].get("nodeName") == node and s["spec"].get("driver") == driver
+        ]
+
+    def list_resource_claims(self) -> list[Obj]:
+        return copy.deepcopy(list(self.resource_claims.values()))
+
+    def list_device_taint_rules(self, label_selector: str = "") -> list[Obj]:
+        """`k` (exists) and `k=v` terms, comma-separated, as migctl's selectors are (`selects`)."""
+        return [copy.deepcopy(r) for r in self.taint_rules.values() if selects(label_selector, r)]
+
+    def create_device_taint_rule(self, body: Obj) -> str:
+        name = body["metadata"]["name"]
+        self._inject(name, "create")
+        self.calls.append(f"create_device_taint_rule {name}")
+        if name in self.taint_rules:
+            return "exists"
+        obj = merge({"kind": "DeviceTaintRule"}, body)
+        obj["metadata"]["uid"] = f"uid-{name}-{self._rv}"
+        self._bump(obj)
+        self.taint_rules[name] = obj
+        return "created"
+
+    def delete_device_taint_rule(self, name: str, uid: str = "") -> bool:
+        self._inject(name, "delete")
+        self.calls.append(f"delete_device_taint_rule {name}")
+        rule = self.taint_rules.get(name)
+        if rule is None:
+            return False
+        if uid and rule["metadata"].get("uid") != uid:
+            raise ConflictError(f"delete devicetaintrule {name}", 409, "uid precondition failed")
+        del self.taint_rules[name]
+        return True
+
     # -- SIMULATED mig-manager + device plugin + GFD (see the module docstring) ------------------------------
 
     def mig_manager(self, name: str, config: str) -> None:
@@ -296,10 +394,23 @@ class FakeCache:
 
     def objects(self) -> list[Obj]:
         c = self.cluster
-        return [*c.list_nodes(), *copy.deepcopy(list(c.pods.values())), *copy.deepcopy(list(c.configmaps.values()))]
+        return [
+            *c.list_nodes(), *copy.deepcopy(list(c.pods.values())), *copy.deepcopy(list(c.configmaps.values())),
+            *c.dra_objects(), *c.list_device_taint_rules(FENCE_NODE),
+        ]  # fmt: skip
 
     def namespace_labels(self) -> dict[str, dict[str, str]]:
         return {}
+
+
+def selects(selector: str, obj: Obj) -> bool:
+    """Whether a label selector of `key` and `key=value` terms (comma-separated) selects `obj`."""
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, has, value = term.partition("=")
+        if key not in labels or (has and labels[key] != value):
+            return False
+    return True
 
 
 def _conforms(cluster: FakeCluster, cache: FakeCache) -> tuple[ControllerApi, ObjectCache]:

@@ -27,6 +27,7 @@ from migctl.adapters.dra.claims import ClaimReading, pod_claims, read_claims
 from migctl.adapters.dra.deviceclasses import class_for_resource, extended_claim, read_device_classes
 from migctl.adapters.dra.operator import OperatorReading, read_operator
 from migctl.adapters.dra.slices import read_slices
+from migctl.adapters.dra.taintrules import owned_rules, placement_fences
 from migctl.adapters.nodes import NodeContext, basics
 from migctl.adapters.views import as_mapping
 from migctl.core.dra.claims import ClaimSpec, DeviceClassSpec, claim_demand, merge
@@ -36,7 +37,7 @@ from migctl.core.hardware.naming import profile_from_resource
 from migctl.core.model.cluster import Gpu, GpuDemand, Instance, Node, Pod
 from migctl.core.model.gpu_config import GpuConfig
 from migctl.core.model.settings import PlannerSettings
-from migctl.wire.names import ACTUATION, FENCE_NODE, IN_PLACE, NVIDIA_DRA_DRIVER
+from migctl.wire.names import ACTUATION, IN_PLACE
 
 DRA_KINDS = frozenset(
     {"ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "DeviceTaintRule", "GPUCluster",
@@ -77,23 +78,9 @@ def read_dra(objects: Iterable[Mapping[str, Any]], catalog: Catalog) -> DraReadi
         claims=claims,
         classes=classes.classes,
         operator=operator,
-        fences=_fences(by_kind["DeviceTaintRule"]),
+        fences=placement_fences(owned_rules(by_kind["DeviceTaintRule"])),
         problems=(*slices.problems, *claims.problems, *classes.problems, *operator.problems),
     )
-
-
-def _fences(rules: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
-    """The devices of NVIDIA's driver that migctl's own DeviceTaintRules (label `FENCE_NODE`) fence, by node."""
-    out: dict[str, list[str]] = {}
-    for r in rules:
-        meta = as_mapping(r.get("metadata"))
-        labels = as_mapping(meta.get("labels"))
-        spec = as_mapping(r.get("spec"))
-        sel = as_mapping(spec.get("deviceSelector"))
-        node, device = labels.get(FENCE_NODE), sel.get("device")
-        if isinstance(node, str) and isinstance(device, str) and sel.get("driver") == NVIDIA_DRA_DRIVER:
-            out.setdefault(node, []).append(device)
-    return {n: tuple(sorted(d)) for n, d in out.items()}
 
 
 # -- pods ------------------------------------------------------------------------------------------------

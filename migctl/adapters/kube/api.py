@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import watch
 
-from migctl.adapters.kube.calls import ApiCalls, Obj
+from migctl.adapters.kube.calls import Obj
 from migctl.adapters.kube.errors import (
     API_ERRORS,
     ConflictError,
@@ -25,6 +25,7 @@ from migctl.adapters.kube.errors import (
     TooManyRequestsError,
     translate,
 )
+from migctl.adapters.kube.resources import DraCalls
 from migctl.adapters.pods import queue_gate_at
 from migctl.core.model.settings import GpuOperatorSettings
 from migctl.wire.names import COMPONENT, HOSTNAME, MANAGED_BY, MIGCTL, QUEUE_GATE
@@ -35,7 +36,7 @@ JSON_PATCH = "application/json-patch+json"
 _watch: Any = watch  # the client's watch helper is unannotated
 
 
-class KubeApi(ApiCalls):
+class KubeApi(DraCalls):
     """Every API call migctl makes (the controller, the webhook, the fallback, the agent, `migctl plan`)."""
 
     # -- nodes --------------------------------------------------------------------------------------------
@@ -202,10 +203,11 @@ class KubeApi(ApiCalls):
     def cluster_objects(
         self, operator: GpuOperatorSettings, *, active_pods_only: bool = False, configmap_optional: bool = False
     ) -> list[Obj]:
-        """Nodes, pods (`active_pods_only`: not Succeeded or Failed) and the GPU Operator's mig-parted ConfigMap,
-        as `kubectl get -o json` items: what the snapshot adapter reads. An absent ConfigMap is left out (the
-        layouts then come from the node agent's annotation), and so is an unreadable one if `configmap_optional`
-        (no permission: the webhook's view does without it)."""
+        """Nodes, pods (`active_pods_only`: not Succeeded or Failed), the GPU Operator's mig-parted ConfigMap and
+        the DRA objects (`dra_objects`: none where the cluster serves none), as `kubectl get -o json` items: what
+        the snapshot adapter reads. An absent ConfigMap is left out (the layouts then come from the node agent's
+        annotation), and so is an unreadable one if `configmap_optional` (no permission: the webhook's view does
+        without it)."""
         nodes = self.list_nodes()
         pods = self.list_pods(field_selector="status.phase!=Succeeded,status.phase!=Failed" if active_pods_only else "")
         try:
@@ -214,7 +216,7 @@ class KubeApi(ApiCalls):
             if not configmap_optional:
                 raise
             cm = None
-        return [*nodes, *pods, *([cm] if cm is not None else [])]
+        return [*nodes, *pods, *([cm] if cm is not None else []), *self.dra_objects()]
 
     # -- evictions ----------------------------------------------------------------------------------------
 
@@ -362,6 +364,49 @@ class KubeApi(ApiCalls):
         except API_ERRORS as e:
             raise translate(e, f"write lease {namespace}/{name}") from e
         return self.to_dict(lease, "Lease")
+
+    # -- the in-place agent on a DRA node (agent.dra; RBAC and policies: the chart's dra.enabled) ------------
+
+    def list_node_resource_slices(self, node: str, driver: str) -> list[Obj]:
+        selector = f"spec.nodeName={node},spec.driver={driver}"
+        return self.raw_items(
+            f"list resourceslices of {driver} on {node}",
+            lambda: self.resource.list_resource_slice(
+                field_selector=selector, _preload_content=False, _request_timeout=self.timeout_s
+            ),
+            "ResourceSlice",
+        )
+
+    def list_resource_claims(self) -> list[Obj]:
+        return self.raw_items(
+            "list resourceclaims in all namespaces",
+            lambda: self.resource.list_resource_claim_for_all_namespaces(
+                _preload_content=False, _request_timeout=self.timeout_s
+            ),
+            "ResourceClaim",
+        )
+
+    def list_pods_selected(self, namespace: str, label_selector: str, field_selector: str) -> list[Obj]:
+        pods = self.call(
+            f"list pods in {namespace} -l {label_selector} ({field_selector})",
+            lambda: self.core.list_namespaced_pod(
+                namespace, label_selector=label_selector, field_selector=field_selector, _request_timeout=self.timeout_s
+            ),
+        )
+        return [self.to_dict(p, "Pod") for p in pods.items]
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete exactly that pod (a uid precondition: a namesake made since is left alone); False when gone."""
+        self._guard()
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            self.call(
+                f"delete pod {namespace}/{name}",
+                lambda: self.core.delete_namespaced_pod(name, namespace, body=body, _request_timeout=self.timeout_s),
+            )
+        except NotFoundError:
+            return False
+        return True
 
 
 def gate_lift_ops(pod: Obj, hostname: str | None) -> list[Obj] | None:

@@ -1,13 +1,21 @@
-"""A local cache of the objects migctl plans from: nodes, pods, namespaces and the mig-parted ConfigMaps.
+"""A local cache of the objects migctl plans from: nodes, pods, namespaces, the mig-parted ConfigMaps, and the
+DRA objects (NVIDIA's ResourceSlices, ResourceClaims and templates, DeviceClasses, migctl's DeviceTaintRules, the
+GPU Operator's GPUCluster and ClusterPolicy).
 
 One informer thread per kind lists, then watches from the list's resourceVersion; on 410 Gone (the version
 is too old) or any watch failure it lists again, so the cache converges after outages. Only changes that can
-change a plan (labels, annotations, taints, allocatable, pod phase/binding/deletion, config data) wake the
-reconcile loop: kubelet heartbeats and status noise do not.
+change a plan (labels, annotations, taints, allocatable, pod phase/binding/deletion, config data, a DRA object's
+spec or status) wake the reconcile loop: kubelet heartbeats and status noise do not.
+
+The DRA kinds are optional: a cluster without resource.k8s.io/v1 or without NVIDIA's CRDs answers 404, and a
+controller whose role lacks them 403. Such a kind reads as none (logged once, synced, looked for again every
+`ABSENT_RETRY_S`), never a crash or a cache that never syncs. They are listed as the server sent them, not
+through the client's models, which drop fields a newer server has.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -18,9 +26,11 @@ from kubernetes import client, watch
 
 from migctl.adapters.kube.calls import Obj
 from migctl.adapters.kube.errors import API_ERRORS, translate
+from migctl.adapters.kube.resources import DRA_LISTS, OPERATOR_LISTS
 
 log = logging.getLogger(__name__)
 OnChange = Callable[[str, str, Obj], None]  # (kind, event type, object)
+ABSENT_RETRY_S = 60.0  # an optional kind the server does not serve (404) or lets migctl read (403): look again
 
 
 def _key(obj: Obj) -> str:
@@ -51,6 +61,8 @@ def fingerprint(kind: str, obj: Obj) -> str:
         ]
     elif kind == "Namespace":
         parts = [meta.get("labels")]
+    elif kind != "ConfigMap":  # DRA objects and the operator's: what they say is all in labels, spec, status
+        parts = [meta.get("labels"), spec, status]
     else:
         parts = [obj.get("data"), meta.get("annotations")]
     return json.dumps(parts, sort_keys=True, default=str)
@@ -67,10 +79,14 @@ class Informer:
         on_change: OnChange,
         stop: threading.Event,
         watch_timeout_s: float,
+        optional: bool = False,
         **list_kwargs: Any,
     ) -> None:
+        """`optional`: a kind the cluster may not serve (module docstring); it is also listed raw."""
         self.kind, self.list_fn, self.api_client = kind, list_fn, api_client
         self.on_change, self.stop, self.watch_timeout_s = on_change, stop, watch_timeout_s
+        self.optional = optional
+        self.absent: int | None = None  # the status (404, 403) an optional kind answered, while it does
         self.list_kwargs = list_kwargs
         self.store: dict[str, Obj] = {}
         self.lock = threading.Lock()
@@ -97,18 +113,39 @@ class Informer:
                 rv = self._watch(rv)
             except Exception as e:
                 err = translate(e, f"watch {self.kind}") if isinstance(e, API_ERRORS) else e
-                if getattr(err, "status", None) == 410:
+                status = getattr(err, "status", None)
+                if self.optional and status in (403, 404):
+                    self._absent(int(status), err)
+                    self.stop.wait(ABSENT_RETRY_S)
+                elif status == 410:
                     log.info("%s watch expired (410 Gone); listing again", self.kind)
                 elif not self.stop.is_set():
                     log.warning("%s watch failed (%s); listing again in 1 s", self.kind, err)
                     self.stop.wait(1.0)
                 rv = None
 
+    def _absent(self, status: int, err: object) -> None:
+        """An optional kind the server does not serve (404) or does not let migctl read (403): none, logged once."""
+        if self.absent != status:
+            if status == 404:
+                log.info("%s: not served by this cluster (%s); read as none", self.kind, err)
+            else:
+                why = "no permission to list (%s); read as none: grant migctl's role list and watch on it"
+                log.warning("%s: " + why, self.kind, err)
+        self.absent = status
+        with self.lock:
+            old, self.store = self.store, {}
+        self.synced.set()
+        for obj in old.values():
+            self.on_change(self.kind, "DELETED", obj)
+
     def _list(self) -> str:
-        result = self.list_fn(**self.list_kwargs, _request_timeout=60)
+        items, version = self._list_items()
+        if self.absent is not None:
+            log.info("%s: served now; watching it", self.kind)
+            self.absent = None
         fresh = {}
-        for item in result.items:
-            obj: Obj = self.api_client.sanitize_for_serialization(item)
+        for obj in items:
             obj["kind"] = self.kind
             fresh[_key(obj)] = obj
         with self.lock:
@@ -121,10 +158,22 @@ class Informer:
         for k in changed:
             obj = fresh.get(k) or old[k]
             self.on_change(self.kind, "RELIST", obj)
-        return str(result.metadata.resource_version)
+        return version
+
+    def _list_items(self) -> tuple[list[Obj], str]:
+        """(the items, the list's resourceVersion); an optional kind as the server sent it."""
+        if self.optional:
+            resp = self.list_fn(**self.list_kwargs, _request_timeout=60, _preload_content=False)
+            data = json.loads(resp.data)
+            return list(data.get("items") or []), str((data.get("metadata") or {}).get("resourceVersion") or "")
+        result = self.list_fn(**self.list_kwargs, _request_timeout=60)
+        items = [self.api_client.sanitize_for_serialization(item) for item in result.items]
+        return items, str(result.metadata.resource_version)
 
     def _watch(self, rv: str) -> str:
-        w = watch.Watch()
+        # the events are read raw (deserialize=False): no model type is looked up, which for kinds whose model the
+        # client renamed (ResourceV1ResourceClaim) or has none (custom objects) would fail
+        w = watch.Watch(return_type=dict)
         stream = w.stream(
             self.list_fn,
             resource_version=rv,
@@ -187,7 +236,16 @@ class ClusterCache:
             )
             for ns, name in sorted(set(configmaps))
         ]
-        self.informers = [self.nodes, self.pods, self.namespaces, *self.configmaps]
+        resource: Any = client.ResourceV1Api(api_client)
+        custom: Any = client.CustomObjectsApi(api_client)
+        self.dra = [
+            Informer(kind, getattr(resource, fn), **common, optional=True, **selectors)  # type: ignore[arg-type]
+            for kind, fn, selectors in DRA_LISTS
+        ]
+        for kind, group, version, plural in OPERATOR_LISTS:
+            listing = functools.partial(custom.list_cluster_custom_object, group, version, plural)
+            self.dra.append(Informer(kind, listing, **common, optional=True))  # type: ignore[arg-type]
+        self.informers = [self.nodes, self.pods, self.namespaces, *self.configmaps, *self.dra]
 
     def start(self) -> None:
         for inf in self.informers:
@@ -212,7 +270,7 @@ class ClusterCache:
     def objects(self) -> list[Obj]:
         """Everything, as `kubectl get -o json` items (what `snapshot_from_objects` reads)."""
         out = self.nodes.items() + self.pods.items()
-        for inf in self.configmaps:
+        for inf in [*self.configmaps, *self.dra]:
             out += inf.items()
         return out
 

@@ -63,6 +63,7 @@ class ApiCalls:
         self.core: Any = client.CoreV1Api(api_client)
         self.coordination: Any = client.CoordinationV1Api(api_client)
         self.admission: Any = client.AdmissionregistrationV1Api(api_client)
+        self.resource: Any = client.ResourceV1Api(api_client)  # resource.k8s.io/v1: DRA
         self.attempts, self.max_wait_s, self.timeout_s = attempts, max_wait_s, timeout_s
         self.stop = stop or threading.Event()
 

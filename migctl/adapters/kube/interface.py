@@ -56,6 +56,23 @@ class ControllerApi(EventApi, AgentApi, Protocol):
         """Conditional on body.metadata.resourceVersion (ConflictError if someone else wrote first)."""
         ...
 
+    # DRA (resource.k8s.io/v1): the static executor's fresh reads, and migctl's DeviceTaintRules
+    def list_node_resource_slices(self, node: str, driver: str) -> list[Obj]: ...
+    def list_resource_claims(self) -> list[Obj]: ...
+    def list_device_taint_rules(self, label_selector: str = "") -> list[Obj]: ...
+
+    def create_device_taint_rule(self, body: Obj) -> str:
+        """`created`, or `exists` (a rule of that name is there already)."""
+        ...
+
+    def delete_device_taint_rule(self, name: str, uid: str = "") -> bool:
+        """False when it was gone already; with `uid`, only that object (ConflictError if it was replaced)."""
+        ...
+
+    def read_lease(self, namespace: str, name: str) -> Obj | None:
+        """A dry-run controller reads the leader's Lease before lifting fences (controller/fences.py)."""
+        ...
+
 
 class LeaderApi(Protocol):
     """Leader election: the Lease."""
@@ -69,7 +86,7 @@ class ObjectList(Protocol):
 
 
 class ObjectCache(Protocol):
-    """The watched objects a reconcile plans from (nodes, pods, namespaces, the mig-parted ConfigMaps)."""
+    """The watched objects a reconcile plans from (nodes, pods, namespaces, the mig-parted ConfigMaps, DRA's)."""
 
     @property
     def nodes(self) -> ObjectList: ...
@@ -80,7 +97,8 @@ class ObjectCache(Protocol):
     def configmap(self, namespace: str, name: str) -> Obj | None: ...
 
     def objects(self) -> list[Obj]:
-        """Nodes, pods and the watched ConfigMaps, as `kubectl get -o json` items."""
+        """Nodes, pods, the watched ConfigMaps and the DRA objects (ResourceSlices, ResourceClaims and their
+        templates, DeviceClasses, DeviceTaintRules, GPUCluster, ClusterPolicy), as `kubectl get -o json` items."""
         ...
 
     def namespace_labels(self) -> dict[str, dict[str, str]]: ...
@@ -97,3 +115,17 @@ class FallbackApi(EventApi, Protocol):
     def bind_pod(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None: ...
     def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None: ...
     def wait_for_pods(self, field_selector: str, resource_version: str, timeout_s: float) -> None: ...
+
+
+class DraAgentApi(AgentApi, Protocol):
+    """The in-place agent on a DRA node (agent.dra): its node's ResourceSlices and the claims (which instances are
+    allocated), and its node's kubelet-plugin pods (deleting one re-advertises). A separate protocol, not more
+    methods on `AgentApi`: the controller's `ControllerApi` extends that one, and needs none of these."""
+
+    def list_node_resource_slices(self, node: str, driver: str) -> list[Obj]: ...
+    def list_resource_claims(self) -> list[Obj]: ...
+    def list_pods_selected(self, namespace: str, label_selector: str, field_selector: str) -> list[Obj]: ...
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete exactly that pod (a uid precondition); False when it was gone already."""
+        ...

@@ -15,9 +15,11 @@ from migctl.config import ControllerSettings
 from migctl.core.hardware.catalog import GpuModel
 from migctl.core.model.settings import PlannerSettings
 from migctl.sim.controller import Controller, InPlaceController
+from migctl.sim.dra import DraTime
 from migctl.sim.mig import Policy
 from migctl.sim.named import static_layout
 from migctl.sim.names import ALL_POLICIES
+from migctl.sim.policies.dra import DraController, DraStaticController, DynamicMig
 from migctl.sim.policies.fgd_mig import FgdMig
 from migctl.sim.policies.greedy import Greedy
 from migctl.sim.policies.hami import Hami
@@ -39,6 +41,7 @@ class Setup:
     controller: ControllerSettings | None
     seed: int
     in_place: InPlaceTime | None
+    dra: DraTime | None = None  # the DRA policies' fence latency and plugin restart
 
     @property
     def shapes(self) -> Shapes:
@@ -75,6 +78,12 @@ REGISTRY: dict[str, Maker] = {
     "fgd-mig": lambda s: (s.cluster(track=True), FgdMig(trace_mix(s.shapes, s.jobs))),
     "migctl-oracle-start": lambda s: (s.best_mix(s.cluster()), Controller(s.planner, s.controller)),
     "nos-stock": lambda s: (s.cluster(track=True), Nos(s.seed, busy=False)),
+    "dra-dynamicmig": lambda s: (s.cluster(track=True), DynamicMig()),
+    "migctl-dra": lambda s: (s.cluster(track=True), DraController(s.planner, s.controller, s.dra)),
+    "migctl-dra-static": lambda s: (
+        s.cluster(track=True),
+        DraStaticController(s.planner, s.controller, s.in_place, s.dra),
+    ),
 }
 
 
@@ -87,10 +96,11 @@ def make_policy(
     controller: ControllerSettings | None = None,
     seed: int = 0,
     in_place: InPlaceTime | None = None,
+    dra: DraTime | None = None,
 ) -> tuple[Cluster, Policy]:
     """The cluster a policy starts from and the policy, by name (`REGISTRY`)."""
     maker = REGISTRY.get(name)
     if maker is None:
         known = [p for p in ALL_POLICIES if p in REGISTRY]
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(known)}")
-    return maker(Setup(jobs, node_gpus, model, planner, controller, seed, in_place))
+    return maker(Setup(jobs, node_gpus, model, planner, controller, seed, in_place, dra))

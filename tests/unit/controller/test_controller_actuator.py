@@ -8,7 +8,7 @@ import json
 import pytest
 
 from migctl.controller.actuator import (
-    PodView,
+    BoundPod,
     Rollback,
     Target,
     capacity_mismatch,
@@ -96,7 +96,7 @@ def test_classify_and_drain_status() -> None:
     assert [(v.key, v.gpu) for v in on_node] == [("z/absurd", False), ("z/odd", True)]
     assert unexpected == [] and [p.key for p in to_evict] == ["a/gpu"] and remaining == ["a/gpu", "a/vram"]
 
-    late = [*views, PodView("b/late", "", terminating=False, gpu=True)]
+    late = [*views, BoundPod("b/late", "", terminating=False, gpu=True)]
     assert drain_status(late, target)[0] == ["b/late"]  # a pod the plan does not allow: roll back, never evict
     kept = drain_status(late, Target("p", "c", GPUS, keep=("b/late",), evict=("a/gpu",)))
     assert kept[0] == [] and "b/late" not in kept[2]

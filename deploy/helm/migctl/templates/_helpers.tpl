@@ -64,6 +64,13 @@ namespace defaults filled in where the values leave them unset. Values always wi
         "configmap_namespace" $ns
         "leader_election" (dict "lease_namespace" .Release.Namespace)) -}}
 {{- $cfg := mergeOverwrite (deepCopy $defaults) (deepCopy .Values.config) -}}
+{{- /* agent.dra comes from the top-level dra: block only, so the agent's settings and its RBAC agree */ -}}
+{{- if hasKey ($cfg.agent | default dict) "dra" -}}
+{{- fail "set the top-level dra: block (enabled, pluginNamespace, pluginLabels), not config.agent.dra: the chart derives it, and the agent's RBAC, from dra:" -}}
+{{- end -}}
+{{- with .Values.dra -}}{{- if .enabled -}}
+{{- $_ := set $cfg "agent" (mergeOverwrite ($cfg.agent | default dict) (dict "dra" (dict "enabled" true "plugin_namespace" .pluginNamespace "plugin_labels" .pluginLabels))) -}}
+{{- end -}}{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
